@@ -1,0 +1,167 @@
+"""The Task plug-in contract: what a task family provides to `CompactionEnv`.
+
+A family is found through the entry-point group ``rl_compaction.tasks`` (name -> a
+`TaskFamily` subclass), so a third party adds one from its own package without editing
+this repository. A family makes seeded `Task` instances; a task supplies its tools, its
+opening context, tool results, a checker and a scripted, context-bound `Oracle`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+from rl_compaction.state import State
+
+SPLITS = ("train", "validation", "test")
+ENTRY_POINT_GROUP = "rl_compaction.tasks"
+
+
+class ToolError(Exception):
+    """A task tool was called with bad arguments; the message goes back to the agent as the tool output."""
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """Knobs shared by every family (families may read `level` as they see fit).
+
+    scale: multiplies the volume of tool output. 1.0 (default) gives an oracle episode well
+        over 32k tokens of tool output; about 0.06 gives ~2k tokens for fast CPU tests.
+    level: 1 (easy) to 3 (hard): more hops / records / revisions / bugs and more distractors.
+    """
+
+    scale: float = 1.0
+    level: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"difficulty scale must be > 0, got {self.scale}")
+        if self.level not in (1, 2, 3):
+            raise ValueError(f"difficulty level must be 1, 2 or 3, got {self.level}")
+
+
+def split_seed(family: str, split: str, seed: int) -> int:
+    """Map (family, split, seed) to the generator's RNG seed; splits never share one."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    digest = hashlib.sha256(f"{family}/{split}/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def function_tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A Responses API function tool definition."""
+    return {
+        "type": "function",
+        "name": name,
+        "description": description,
+        "parameters": {"type": "object", "properties": properties, "required": required,
+                       "additionalProperties": False},
+        "strict": True,
+    }
+
+
+SUBMIT_TOOL = function_tool(
+    "submit",
+    "Submit the final answer. Ends the task; only the answer is scored.",
+    {"answer": {"type": "string", "description": "The final answer in the format the task asks for."}},
+    ["answer"],
+)
+
+
+class Oracle(ABC):
+    """A scripted solver that decides only from what its current State holds.
+
+    It never reads the generator's hidden truth: it parses the tool outputs present in the
+    State, so when compaction has removed a fact it must fetch it again or fail.
+    """
+
+    @abstractmethod
+    def act(self, state: State) -> list[dict[str, Any]]:
+        """The next model turn: Responses output items, e.g. one function_call
+        ``{"type": "function_call", "call_id": ..., "name": ..., "arguments": json}`` or an
+        assistant message ``{"role": "assistant", "content": "..."}``. call_ids must be unique
+        across the episode. Submitting is a call of the `submit` tool."""
+
+    def evolve_code(self, state: State) -> str | None:
+        """Targeted compaction: JavaScript (body of ``function evolve(state)``) that keeps the
+        exact evidence this task still needs and drops the rest; None if the family has none."""
+        return None
+
+
+class Task(ABC):
+    """One generated task instance."""
+
+    family: ClassVar[str]
+
+    #: task-specific system instructions (the env adds the State suffix and tool rules).
+    instructions: str
+
+    @abstractmethod
+    def tools(self) -> list[dict[str, Any]]:
+        """The task's own tools as Responses function tool definitions (not evolve or submit)."""
+
+    @abstractmethod
+    def initial_state(self) -> State:
+        """The opening context, e.g. one user message with the task statement."""
+
+    @abstractmethod
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run a task tool; raise `ToolError` for unknown tools or bad arguments."""
+
+    def user_reply(self, text: str) -> str | None:
+        """Interactive tasks: the simulated user's next message after a plain assistant
+        message `text`; None when the user has nothing to add (the default)."""
+        return None
+
+    @abstractmethod
+    def score(self, answer: str) -> float:
+        """Score the submitted answer in [0, 1] (partial credit allowed)."""
+
+    @abstractmethod
+    def oracle(self) -> Oracle:
+        """A fresh context-bound oracle for this instance."""
+
+
+class TaskFamily(ABC):
+    """A seeded generator of tasks. Train, validation and test splits share no seeds and
+    no entity or template pools."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    @abstractmethod
+    def make(self, seed: int, split: str = "train", difficulty: Difficulty | None = None) -> Task:
+        """Generate the task for `seed` in `split` (deterministic)."""
+
+
+def task_families() -> dict[str, type[TaskFamily]]:
+    """Every registered family, by name (entry-point group ``rl_compaction.tasks``)."""
+    found: dict[str, type[TaskFamily]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found[ep.name] = ep.load()
+    return dict(sorted(found.items()))
+
+
+def get_family(name: str) -> TaskFamily:
+    families = task_families()
+    if name not in families:
+        known = ", ".join(families) or "none (is the package installed?)"
+        raise KeyError(f"unknown task family {name!r}; registered: {known}")
+    return families[name]()
+
+
+def tool_arguments(item: dict[str, Any]) -> dict[str, Any]:
+    """Parse a function_call's JSON arguments (an object), or raise ToolError."""
+    try:
+        args = json.loads(item.get("arguments", ""))
+    except json.JSONDecodeError as e:
+        raise ToolError(f"arguments are not valid JSON: {e.msg}") from None
+    if not isinstance(args, dict):
+        raise ToolError("arguments must be a JSON object")
+    return args
