@@ -287,7 +287,7 @@ def validate_state(state: Any, *, pending_call_id: str | None = None, max_depth:
     return out
 
 
-def load_state(text: str) -> State:
+def load_state(text: str, *, pending_call_id: str | None = None) -> State:
     """Parse and validate a State from JSON text (rejects NaN/Infinity literals)."""
 
     def bad_constant(name: str) -> Any:
@@ -297,7 +297,7 @@ def load_state(text: str) -> State:
         data = json.loads(text, parse_constant=bad_constant)
     except json.JSONDecodeError as e:
         raise StateError(f"not valid JSON: {e}") from None
-    return validate_state(data)
+    return validate_state(data, pending_call_id=pending_call_id)
 
 
 def dumps_state(state: State, indent: int | None = None) -> str:

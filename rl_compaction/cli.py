@@ -1,0 +1,163 @@
+"""`rl-compaction`: one command line with subcommands.
+
+Exit codes: 0 success, 1 the edit (or a check) was rejected, 2 bad usage or an invalid input
+file (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rl_compaction.state import State, StateError, dumps_state, load_state
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported on one line, exit code 2."""
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what} file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {what} file {path}: {e}") from None
+
+
+def _read_state(path: str, pending_call_id: str | None = None) -> State:
+    try:
+        return load_state(_read(path, "State"), pending_call_id=pending_call_id)
+    except StateError as e:
+        raise UsageError(f"invalid State in {path}: {e}") from None
+
+
+def _counter(name: str):
+    from rl_compaction.accounting import get_counter
+
+    try:
+        return get_counter(name)
+    except (ValueError, OSError) as e:
+        raise UsageError(str(e)) from None
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from rl_compaction.accounting import edit_metrics
+    from rl_compaction.evolve import EVOLVE_TOOL, apply_evolve, is_evolve_call, system_message
+    from rl_compaction.sandbox import run_evolve
+    from rl_compaction.state import validate_state
+
+    state = _read_state(args.state, args.pending_call_id)
+    code = _read(args.code, "code")
+    counter = _counter(args.tokenizer)
+    instructions, tools = system_message(""), [EVOLVE_TOOL]
+
+    if args.pending_call_id is not None:
+        last = state[-1] if state else {}
+        if not is_evolve_call(last) or last.get("call_id") != args.pending_call_id:
+            raise UsageError(f"the State must end with the evolve call {args.pending_call_id!r}")
+        call = dict(last, arguments=json.dumps({"code": code}, ensure_ascii=False))
+        outcome = apply_evolve(state[:-1] + [call], counter=counter, instructions=instructions, tools=tools)
+        if not outcome.applied:
+            _emit({"applied": False, "error": outcome.receipt["error"]})
+            return 1
+        result = {"applied": True, "state": outcome.state, **{k: v for k, v in outcome.receipt.items()
+                                                              if k != "applied"}}
+        new_state = outcome.state
+    else:
+        run = run_evolve(state, code)
+        if run.error is not None:
+            _emit({"applied": False, "error": run.error})
+            return 1
+        try:
+            new_state = validate_state(run.state)
+        except StateError as e:
+            _emit({"applied": False, "error": f"invalid State: {e}"})
+            return 1
+        metrics = edit_metrics(counter, instructions, tools, state, new_state, 0)
+        result = {"applied": True, "state": new_state,
+                  **{k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens",
+                                             "cache_cost")}}
+    if args.out:
+        Path(args.out).write_text(dumps_state(new_state, indent=2) + "\n", encoding="utf-8")
+    _emit(result)
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from rl_compaction.accounting import edit_metrics
+    from rl_compaction.evolve import EVOLVE_TOOL, system_message
+
+    if args.output_weight < 0:
+        raise UsageError("--output-weight must be >= 0")
+    if args.evolve_call_tokens < 0:
+        raise UsageError("--evolve-call-tokens must be >= 0")
+    before, after = _read_state(args.before), _read_state(args.after)
+    counter = _counter(args.tokenizer)
+    metrics = edit_metrics(counter, system_message(""), [EVOLVE_TOOL], before, after, args.evolve_call_tokens,
+                           output_weight=args.output_weight)
+    _emit({"tokenizer": counter.name, "output_weight": args.output_weight, **metrics})
+    return 0
+
+
+def cmd_examples(args: argparse.Namespace) -> int:
+    from rl_compaction.example_runner import example_dirs, format_table, run_example
+
+    counter = _counter(args.tokenizer)
+    results = [run_example(path, counter) for path in example_dirs()]
+    print(format_table(results))
+    passed = sum(r.passed for r in results)
+    print(f"\n{passed}/{len(results)} examples passed (tokenizer: {counter.name})")
+    return 0 if results and passed == len(results) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-compaction", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tok_help = "token counter: o200k_base (default), cl100k_base, or a local transformers tokenizer directory"
+
+    p = sub.add_parser("evolve", help="run evolve code on a State file and print the result as JSON")
+    p.add_argument("state", metavar="STATE.json")
+    p.add_argument("code", metavar="CODE.js")
+    p.add_argument("--pending-call-id", metavar="ID",
+                   help="the State ends with this pending evolve call: apply the full protocol and add a receipt")
+    p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+    p.add_argument("--out", metavar="FILE", help="also write the new State to FILE (only when applied)")
+    p.set_defaults(func=cmd_evolve)
+
+    p = sub.add_parser("cost", help="token and cache accounting of an edit from BEFORE to AFTER")
+    p.add_argument("before", metavar="BEFORE.json")
+    p.add_argument("after", metavar="AFTER.json")
+    p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+    p.add_argument("--output-weight", type=float, default=1.0, metavar="W",
+                   help="cost of one output token in uncached input tokens (output price / input price)")
+    p.add_argument("--evolve-call-tokens", type=int, default=0, metavar="N",
+                   help="tokens the model generated for the evolve call")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("examples", help="run the four worked examples and check them")
+    p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+    p.set_defaults(func=cmd_examples)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"rl-compaction {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Run model-written evolve code in QuickJS, under limits, with no host access.
+
+Each run gets a fresh QuickJS context (nothing leaks between runs), sees a JSON copy of the
+State (the caller's objects are never handed over) and must synchronously return an array
+of plain JSON values. The context exposes only ECMAScript built-ins: no `require`,
+`process`, `fetch`, timers, file system or network exist in it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+import quickjs
+
+from rl_compaction.state import MAX_DEPTH, State
+
+KiB, MiB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits for one evolve run (the reference prototype's defaults).
+
+    time_s: CPU time for the code and the result check (QuickJS interrupt handler).
+    memory_bytes: heap the code may allocate on top of the loaded input State.
+    stack_bytes: QuickJS stack size (deep recursion fails cleanly).
+    code_bytes: UTF-8 size of the code.
+    state_bytes: UTF-8 JSON size of the input State and of the returned State.
+    max_depth: nesting depth of the returned JSON.
+    """
+
+    time_s: float = 0.25
+    memory_bytes: int = 16 * MiB
+    stack_bytes: int = 256 * KiB
+    code_bytes: int = 64 * KiB
+    state_bytes: int = 4 * MiB
+    max_depth: int = MAX_DEPTH
+
+    def __post_init__(self) -> None:
+        for name in ("time_s", "memory_bytes", "stack_bytes", "code_bytes", "state_bytes", "max_depth"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """The outcome of one run: a new State, or an error message (never both)."""
+
+    state: State | None
+    error: str | None
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class SandboxError(Exception):
+    """Evolve code failed; the message is what the agent reads in its receipt."""
+
+
+# The harness script. User code becomes the body of `evolve`; the built-ins the result check
+# needs are captured before it runs, so code that overwrites globals cannot fool the check
+# (and the returned text is parsed and validated again in Python anyway).
+_HEADER = """\
+"use strict";
+(() => {
+const isArray = Array.isArray, getProto = Object.getPrototypeOf, objProto = Object.prototype;
+const ownKeys = Reflect.ownKeys, isFiniteNum = Number.isFinite, stringify = JSON.stringify;
+const PromiseProto = Promise.prototype, maxDepth = __MAX_DEPTH__;
+const input = globalThis.__input;
+delete globalThis.__input;
+const evolve = function evolve(state) {
+"""
+_FOOTER = """
+};
+const result = evolve(input);
+if (result !== null && typeof result === "object" && (getProto(result) === PromiseProto ||
+    typeof result.then === "function")) {
+  throw new TypeError("evolve must return the State synchronously; it returned a Promise");
+}
+if (!isArray(result)) {
+  throw new TypeError("evolve must return a State array, got " + (result === null ? "null" : typeof result));
+}
+const onPath = new Set();
+const check = (v, path, depth) => {
+  if (depth > maxDepth) throw new TypeError("result nests deeper than " + maxDepth + " levels at " + path);
+  const t = typeof v;
+  if (v === null || t === "string" || t === "boolean") return;
+  if (t === "number") {
+    if (!isFiniteNum(v)) throw new TypeError("result holds the non-JSON number " + v + " at " + path);
+    return;
+  }
+  if (t !== "object") throw new TypeError("result holds a non-JSON value (" + t + ") at " + path);
+  if (onPath.has(v)) throw new TypeError("result has a cycle at " + path);
+  onPath.add(v);
+  if (isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      if (!(i in v)) throw new TypeError("result has an empty array slot at " + path + "[" + i + "]");
+      check(v[i], path + "[" + i + "]", depth + 1);
+    }
+  } else {
+    const proto = getProto(v);
+    if (proto !== objProto && proto !== null) {
+      throw new TypeError("result holds a non-plain object at " + path + " (only arrays and plain objects)");
+    }
+    for (const k of ownKeys(v)) {
+      if (typeof k !== "string") throw new TypeError("result has a symbol key at " + path);
+      check(v[k], path + "." + k, depth + 1);
+    }
+  }
+  onPath.delete(v);
+};
+check(result, "state", 0);
+return stringify(result);
+})()
+"""
+_CODE_FIRST_LINE = _HEADER.count("\n") + 1
+_LOCATION = re.compile(r"<input>:(\d+)")
+
+
+def _describe(exc: Exception, limits: SandboxLimits, code_lines: int = 0) -> str:
+    """One line the model can act on: the JS error and the line of the code it came from."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, quickjs.StackOverflow) or "stack overflow" in first:
+        return f"stack limit of {limits.stack_bytes // KiB} KiB exceeded (too deep recursion)"
+    if first.startswith("InternalError: interrupted"):
+        return f"time limit of {limits.time_s * 1000:g} ms exceeded"
+    if "out of memory" in first:
+        return f"memory limit of {limits.memory_bytes / MiB:g} MiB exceeded"
+    for line in text.splitlines()[1:]:
+        m = _LOCATION.search(line)
+        line_no = int(m.group(1)) - _CODE_FIRST_LINE + 1 if m else 0
+        if 1 <= line_no <= code_lines:
+            return f"{_clip(first)} (code line {line_no})"
+    return _clip(first)
+
+
+def _clip(message: str, limit: int = 400) -> str:
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> SandboxResult:
+    """Run `code` as the strict-mode body of `function evolve(state)` on a copy of `state`.
+
+    Returns the JSON result (not yet checked against the State schema: that is the evolve
+    protocol's job) or an error. Never raises for bad code or bad input; never changes `state`.
+    """
+    limits = limits or SandboxLimits()
+    start = time.perf_counter()
+
+    def fail(message: str) -> SandboxResult:
+        return SandboxResult(None, message, time.perf_counter() - start)
+
+    if not isinstance(code, str):
+        return fail(f"code must be a string, got {type(code).__name__}")
+    code_size = len(code.encode("utf-8", "surrogatepass"))
+    if code_size > limits.code_bytes:
+        return fail(f"code is {code_size} bytes, over the limit of {limits.code_bytes} bytes")
+    try:
+        state_json = json.dumps(state, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        return fail(f"input State is not JSON-compatible: {e}")
+    if len(state_json.encode()) > limits.state_bytes:
+        return fail(f"input State is over the size cap of {limits.state_bytes} bytes")
+
+    ctx = quickjs.Context()
+    ctx.set_max_stack_size(limits.stack_bytes)
+    try:
+        ctx.set("__state_json", state_json)
+        ctx.eval("globalThis.__input = JSON.parse(globalThis.__state_json); delete globalThis.__state_json;")
+    except quickjs.JSException as e:  # only if the input itself exceeds the stack
+        return fail(f"input State could not be loaded: {_describe(e, limits)}")
+    ctx.set_memory_limit(ctx.memory()["memory_used_size"] + limits.memory_bytes)
+    ctx.set_time_limit(limits.time_s)
+    script = _HEADER.replace("__MAX_DEPTH__", str(limits.max_depth)) + code + _FOOTER
+    try:
+        out = ctx.eval(script)
+    except quickjs.JSException as e:
+        return fail(_describe(e, limits, code.count("\n") + 1))
+    finally:
+        ctx.set_time_limit(-1)
+    if not isinstance(out, str):  # code escaped its function body and replaced the harness
+        return fail("evolve code must not escape its function body")
+    if len(out.encode("utf-8", "surrogatepass")) > limits.state_bytes:
+        return fail(f"result State is over the size cap of {limits.state_bytes} bytes")
+    try:
+        result = json.loads(out)
+    except json.JSONDecodeError as e:
+        return fail(f"result is not JSON: {e.msg}")
+    return SandboxResult(result, None, time.perf_counter() - start)

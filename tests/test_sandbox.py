@@ -1,0 +1,121 @@
+"""The QuickJS sandbox: limits, isolation, and exact data across the boundary."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rl_compaction.sandbox import KiB, SandboxLimits, run_evolve
+
+STATE = [
+    {"type": "message", "role": "user", "content": "Track ’quotes’, emoji 😀 and escapes \\n \" \u0000."},
+    {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{\"q\": \"\\u2019\"}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "{\"results\": [1, 2]}"},
+]
+
+
+def test_identity_round_trip_is_exact_and_input_untouched():
+    before = copy.deepcopy(STATE)
+    result = run_evolve(STATE, "return state;")
+    assert result.ok and result.state == STATE
+    assert STATE == before
+
+
+def test_edit_works_on_a_copy():
+    before = copy.deepcopy(STATE)
+    result = run_evolve(STATE, "state[0].content = 'edited'; state.pop(); return state;")
+    assert result.state == [dict(STATE[0], content="edited"), STATE[1]]
+    assert STATE == before
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("while (true) {}", "time limit of 250 ms exceeded"),
+        ("const a = []; for (;;) a.push('x'.repeat(4096) + a.length);", "memory limit of 16 MiB exceeded"),
+        ("function f(n) { return f(n + 1) + 1; } return f(0);", "stack limit of 256 KiB exceeded"),
+        ("return Promise.resolve(state);", "synchronously"),
+        ("return (async () => state)();", "synchronously"),
+        ("const o = {}; o.self = o; return [o];", "cycle"),
+        ("return [undefined];", "non-JSON value (undefined)"),
+        ("return [{ n: NaN }];", "non-JSON number NaN"),
+        ("return [{ n: Infinity }];", "non-JSON number Infinity"),
+        ("return [() => 1];", "non-JSON value (function)"),
+        ("return [1n];", "non-JSON value (bigint)"),
+        ("return [new Date(0)];", "non-plain object"),
+        ("return [new Map()];", "non-plain object"),
+        ("return [, 1];", "empty array slot"),
+        ("return {items: state};", "must return a State array, got object"),
+        ("return;", "must return a State array, got undefined"),
+        ("return state +;", "SyntaxError"),
+        ("\n\nthrow new Error('Search call not found');", "Error: Search call not found (code line 3)"),
+        ("undeclared = 1; return state;", "ReferenceError"),  # strict mode
+    ],
+)
+def test_failures_are_reported_not_raised(code, words):
+    before = copy.deepcopy(STATE)
+    result = run_evolve(STATE, code)
+    assert not result.ok and result.state is None
+    assert words in result.error
+    assert STATE == before
+
+
+def test_runaway_loop_is_interrupted_at_the_configured_limit():
+    # How quickly it stops is measured in scripts/bench_sandbox.py, not asserted here.
+    result = run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=0.1))
+    assert result.error == "time limit of 100 ms exceeded"
+
+
+def test_host_globals_are_absent():
+    names = ["require", "process", "fetch", "setTimeout", "setInterval", "XMLHttpRequest", "std", "os",
+             "console", "print", "scriptArgs", "WebAssembly", "Deno", "Bun", "module", "importScripts"]
+    result = run_evolve([], f"return [{', '.join(f'typeof {n}' for n in names)}].map(t => ({{type: t}}));")
+    assert result.ok
+    assert {x["type"] for x in result.state} == {"undefined"}
+
+
+def test_no_leakage_between_runs():
+    polluted = run_evolve(STATE, "Object.prototype.hacked = 1; Array.prototype.map = null; "
+                                 "globalThis.secret = 42; return state;")
+    assert polluted.ok
+    assert polluted.state == STATE  # an inherited property is not an own key: it does not leak into data
+    probe = run_evolve([], "return [{hacked: typeof ({}).hacked, map: typeof [].map, secret: typeof secret}];")
+    assert probe.state == [{"hacked": "undefined", "map": "function", "secret": "undefined"}]
+
+
+def test_overwritten_builtins_cannot_smuggle_non_json():
+    result = run_evolve(STATE, "JSON.stringify = () => '[1, NaN]'; Array.isArray = () => true; return 5;")
+    assert not result.ok and "must return a State array" in result.error
+
+
+def test_code_size_and_state_size_caps():
+    assert "over the limit of 65536 bytes" in run_evolve([], "//" + "x" * 65536 + "\nreturn [];").error
+    big = [{"type": "message", "role": "user", "content": "x" * (4 * 1024 * 1024)}]
+    assert "input State is over the size cap" in run_evolve(big, "return state;").error
+    small = SandboxLimits(state_bytes=10 * KiB)
+    grow = run_evolve([], "return [{type: 'message', role: 'user', content: 'y'.repeat(20000)}];", small)
+    assert "result State is over the size cap" in grow.error
+
+
+def test_state_cap_of_at_least_4_mib_is_usable():
+    state = [{"type": "message", "role": "user", "content": "z" * (4 * 1024 * 1024 - 200)}]
+    result = run_evolve(state, "state[0].content = state[0].content.slice(0, 10); return state;")
+    assert result.ok, result.error
+    assert result.state[0]["content"] == "z" * 10
+
+
+def test_non_json_input_is_an_error():
+    result = run_evolve([{"x": float("nan")}], "return state;")
+    assert not result.ok and "not JSON-compatible" in result.error
+
+
+def test_bad_limits_rejected():
+    with pytest.raises(ValueError, match="time_s"):
+        SandboxLimits(time_s=0)
+
+
+def test_unicode_edge_cases_survive_edits():
+    code = "state[0].content = state[0].content + ' ✓ \\u2019'; return state;"
+    result = run_evolve(STATE, code)
+    assert result.state[0]["content"] == STATE[0]["content"] + " ✓ ’"
