@@ -68,8 +68,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         if not outcome.applied:
             _emit({"applied": False, "error": outcome.receipt["error"]})
             return 1
-        result = {"applied": True, "state": outcome.state, **{k: v for k, v in outcome.receipt.items()
-                                                              if k != "applied"}}
+        result = {
+            "applied": True,
+            "state": outcome.state,
+            **{k: v for k, v in outcome.receipt.items() if k != "applied"},
+        }
         new_state = outcome.state
     else:
         run = run_evolve(state, code)
@@ -82,9 +85,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             _emit({"applied": False, "error": f"invalid State: {e}"})
             return 1
         metrics = edit_metrics(counter, instructions, tools, state, new_state, 0)
-        result = {"applied": True, "state": new_state,
-                  **{k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens",
-                                             "cache_cost")}}
+        result = {
+            "applied": True,
+            "state": new_state,
+            **{k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost")},
+        }
     if args.out:
         Path(args.out).write_text(dumps_state(new_state, indent=2) + "\n", encoding="utf-8")
     _emit(result)
@@ -101,8 +106,15 @@ def cmd_cost(args: argparse.Namespace) -> int:
         raise UsageError("--evolve-call-tokens must be >= 0")
     before, after = _read_state(args.before), _read_state(args.after)
     counter = _counter(args.tokenizer)
-    metrics = edit_metrics(counter, system_message(""), [EVOLVE_TOOL], before, after, args.evolve_call_tokens,
-                           output_weight=args.output_weight)
+    metrics = edit_metrics(
+        counter,
+        system_message(""),
+        [EVOLVE_TOOL],
+        before,
+        after,
+        args.evolve_call_tokens,
+        output_weight=args.output_weight,
+    )
     _emit({"tokenizer": counter.name, "output_weight": args.output_weight, **metrics})
     return 0
 
@@ -126,8 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evolve", help="run evolve code on a State file and print the result as JSON")
     p.add_argument("state", metavar="STATE.json")
     p.add_argument("code", metavar="CODE.js")
-    p.add_argument("--pending-call-id", metavar="ID",
-                   help="the State ends with this pending evolve call: apply the full protocol and add a receipt")
+    p.add_argument(
+        "--pending-call-id",
+        metavar="ID",
+        help="the State ends with this pending evolve call: apply the full protocol and add a receipt",
+    )
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
     p.add_argument("--out", metavar="FILE", help="also write the new State to FILE (only when applied)")
     p.set_defaults(func=cmd_evolve)
@@ -136,10 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("before", metavar="BEFORE.json")
     p.add_argument("after", metavar="AFTER.json")
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
-    p.add_argument("--output-weight", type=float, default=1.0, metavar="W",
-                   help="cost of one output token in uncached input tokens (output price / input price)")
-    p.add_argument("--evolve-call-tokens", type=int, default=0, metavar="N",
-                   help="tokens the model generated for the evolve call")
+    p.add_argument(
+        "--output-weight",
+        type=float,
+        default=1.0,
+        metavar="W",
+        help="cost of one output token in uncached input tokens (output price / input price)",
+    )
+    p.add_argument(
+        "--evolve-call-tokens", type=int, default=0, metavar="N", help="tokens the model generated for the evolve call"
+    )
     p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser("examples", help="run the four worked examples and check them")

@@ -134,8 +134,9 @@ def apply_evolve(
         base = current
     else:
         call_tokens = counter.call_tokens(pending) if evolve_call_tokens is None else evolve_call_tokens
-        metrics = edit_metrics(counter, instructions, tools, current[:-1], new_state[:-1], call_tokens,
-                               output_weight=output_weight)
+        metrics = edit_metrics(
+            counter, instructions, tools, current[:-1], new_state[:-1], call_tokens, output_weight=output_weight
+        )
         receipt = {"applied": True, **metrics}
         base = new_state
     item = {"type": "function_call_output", "call_id": call_id, "output": json.dumps(receipt, ensure_ascii=False)}

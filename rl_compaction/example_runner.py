@@ -54,31 +54,57 @@ def run_example(path: Path, counter: TokenCounter) -> ExampleResult:
                 passed, detail = False, "result differs from after.json"
             else:
                 passed, detail = True, "ok"
-            metrics = edit_metrics(counter, system_message(""), [EVOLVE_TOOL], before, after,
-                                   counter.call_tokens(_as_call(code)))
-    return ExampleResult(path.name, passed, detail, len(before_text.encode()), len(expected_text.encode()),
-                         len(code.encode()), metrics)
+            metrics = edit_metrics(
+                counter, system_message(""), [EVOLVE_TOOL], before, after, counter.call_tokens(_as_call(code))
+            )
+    return ExampleResult(
+        path.name, passed, detail, len(before_text.encode()), len(expected_text.encode()), len(code.encode()), metrics
+    )
 
 
 def _as_call(code: str) -> dict:
     """The evolve call that would carry `code`, to count its generated tokens."""
-    return {"type": "function_call", "call_id": "example", "name": "evolve",
-            "arguments": json.dumps({"code": code}, ensure_ascii=False)}
+    return {
+        "type": "function_call",
+        "call_id": "example",
+        "name": "evolve",
+        "arguments": json.dumps({"code": code}, ensure_ascii=False),
+    }
 
 
 def format_table(results: list[ExampleResult]) -> str:
-    header = ["example", "result", "before B", "after B", "code B", "before tok", "after tok",
-              "prefix tok", "cache cost", "compaction cost"]
+    header = [
+        "example",
+        "result",
+        "before B",
+        "after B",
+        "code B",
+        "before tok",
+        "after tok",
+        "prefix tok",
+        "cache cost",
+        "compaction cost",
+    ]
     rows = [header]
     for r in results:
         m = r.metrics
-        rows.append([r.name, "PASS" if r.passed else f"FAIL ({r.detail})", str(r.before_bytes), str(r.after_bytes),
-                     str(r.code_bytes)] + [f"{m[k]:g}" if k in m else "-" for k in
-                                           ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost",
-                                            "compaction_cost")])
+        rows.append(
+            [
+                r.name,
+                "PASS" if r.passed else f"FAIL ({r.detail})",
+                str(r.before_bytes),
+                str(r.after_bytes),
+                str(r.code_bytes),
+            ]
+            + [
+                f"{m[k]:g}" if k in m else "-"
+                for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost", "compaction_cost")
+            ]
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 or i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in rows]
+    lines = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-

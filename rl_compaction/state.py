@@ -78,7 +78,10 @@ PART_GROUPS: dict[str, dict[str, tuple[Field, ...]]] = {
     },
     "Annotation": {
         "url_citation": (
-            _f("url", "str"), _f("title", "str"), _f("start_index", "int"), _f("end_index", "int"),
+            _f("url", "str"),
+            _f("title", "str"),
+            _f("start_index", "int"),
+            _f("end_index", "int"),
         ),
         "file_citation": (_f("file_id", "id"), _f("filename", "str"), _f("index", "int")),
         "file_path": (_f("file_id", "id"), _f("index", "int")),
@@ -89,41 +92,56 @@ PART_GROUPS: dict[str, dict[str, tuple[Field, ...]]] = {
 
 # Item shapes: shape name -> (item type, fields). "message" has two shapes, told apart by `id`.
 ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
-    "InputMessage": ("message", (
-        _opt("type", "const", values=("message",)),
-        _f("role", "enum", values=ROLES),
-        _f("content", "text_or_parts", group="InputContent"),
-    )),
-    "OutputMessage": ("message", (
-        _f("type", "const", values=("message",)),
-        _f("id", "id"),
-        _f("role", "const", values=("assistant",)),
-        _f("status", "enum", values=STATUSES),
-        _f("content", "parts", group="OutputContent"),
-    )),
-    "FunctionCall": ("function_call", (
-        _f("type", "const", values=("function_call",)),
-        _f("call_id", "id"),
-        _f("name", "id"),
-        _f("arguments", "json_object"),
-        _opt("id", "id"),
-        _opt("status", "enum", values=STATUSES),
-    )),
-    "FunctionCallOutput": ("function_call_output", (
-        _f("type", "const", values=("function_call_output",)),
-        _f("call_id", "id"),
-        _f("output", "text_or_parts", group="InputContent"),
-        _opt("id", "id", nullable=True),
-        _opt("status", "enum", values=STATUSES, nullable=True),
-    )),
-    "Reasoning": ("reasoning", (
-        _f("type", "const", values=("reasoning",)),
-        _f("id", "id"),
-        _f("summary", "parts", group="SummaryText"),
-        _opt("content", "parts", group="ReasoningText"),
-        _opt("encrypted_content", "str", nullable=True),
-        _opt("status", "enum", values=STATUSES),
-    )),
+    "InputMessage": (
+        "message",
+        (
+            _opt("type", "const", values=("message",)),
+            _f("role", "enum", values=ROLES),
+            _f("content", "text_or_parts", group="InputContent"),
+        ),
+    ),
+    "OutputMessage": (
+        "message",
+        (
+            _f("type", "const", values=("message",)),
+            _f("id", "id"),
+            _f("role", "const", values=("assistant",)),
+            _f("status", "enum", values=STATUSES),
+            _f("content", "parts", group="OutputContent"),
+        ),
+    ),
+    "FunctionCall": (
+        "function_call",
+        (
+            _f("type", "const", values=("function_call",)),
+            _f("call_id", "id"),
+            _f("name", "id"),
+            _f("arguments", "json_object"),
+            _opt("id", "id"),
+            _opt("status", "enum", values=STATUSES),
+        ),
+    ),
+    "FunctionCallOutput": (
+        "function_call_output",
+        (
+            _f("type", "const", values=("function_call_output",)),
+            _f("call_id", "id"),
+            _f("output", "text_or_parts", group="InputContent"),
+            _opt("id", "id", nullable=True),
+            _opt("status", "enum", values=STATUSES, nullable=True),
+        ),
+    ),
+    "Reasoning": (
+        "reasoning",
+        (
+            _f("type", "const", values=("reasoning",)),
+            _f("id", "id"),
+            _f("summary", "parts", group="SummaryText"),
+            _opt("content", "parts", group="ReasoningText"),
+            _opt("encrypted_content", "str", nullable=True),
+            _opt("status", "enum", values=STATUSES),
+        ),
+    ),
 }
 
 ITEM_TYPES = tuple(dict.fromkeys(t for t, _ in ITEM_SHAPES.values()))
@@ -265,7 +283,10 @@ def validate_state(state: Any, *, pending_call_id: str | None = None, max_depth:
             if any(isinstance(p, dict) and p.get("type") in PART_GROUPS["OutputContent"] for p in item["content"]):
                 raise StateError(
                     "an assistant message with output_text/refusal parts needs 'id' and 'status' "
-                    "(an output message); or give its content as a string", field="content", **where)
+                    "(an output message); or give its content as a string",
+                    field="content",
+                    **where,
+                )
         _check_fields(item, fields, where)
         if item_type == "function_call":
             cid = item["call_id"]
@@ -275,8 +296,9 @@ def validate_state(state: Any, *, pending_call_id: str | None = None, max_depth:
         elif item_type == "function_call_output":
             cid = item["call_id"]
             if cid not in calls:
-                raise StateError(f"output for call_id {cid!r} does not follow its function_call",
-                                 field="call_id", **where)
+                raise StateError(
+                    f"output for call_id {cid!r} does not follow its function_call", field="call_id", **where
+                )
             if cid in answered:
                 raise StateError(f"second output for call_id {cid!r}", field="call_id", **where)
             answered.add(cid)

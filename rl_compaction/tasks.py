@@ -60,8 +60,7 @@ def function_tool(name: str, description: str, properties: dict[str, Any], requi
         "type": "function",
         "name": name,
         "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required,
-                       "additionalProperties": False},
+        "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
         "strict": True,
     }
 

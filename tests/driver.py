@@ -22,8 +22,13 @@ class Episode:
     outputs: list[str] = field(default_factory=list)
 
 
-def run_oracle(task: Task, *, max_turns: int = 2000, compact_every: int | None = None,
-               compact: Callable[[State], State] | None = None) -> Episode:
+def run_oracle(
+    task: Task,
+    *,
+    max_turns: int = 2000,
+    compact_every: int | None = None,
+    compact: Callable[[State], State] | None = None,
+) -> Episode:
     oracle = task.oracle()
     state = validate_state(task.initial_state())
     ep = Episode()

@@ -9,9 +9,9 @@ import pytest
 from rl_compaction.sandbox import KiB, SandboxLimits, run_evolve
 
 STATE = [
-    {"type": "message", "role": "user", "content": "Track ’quotes’, emoji 😀 and escapes \\n \" \u0000."},
-    {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{\"q\": \"\\u2019\"}"},
-    {"type": "function_call_output", "call_id": "c1", "output": "{\"results\": [1, 2]}"},
+    {"type": "message", "role": "user", "content": 'Track ’quotes’, emoji 😀 and escapes \\n " \u0000.'},
+    {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"q": "\\u2019"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": '{"results": [1, 2]}'},
 ]
 
 
@@ -68,16 +68,33 @@ def test_runaway_loop_is_interrupted_at_the_configured_limit():
 
 
 def test_host_globals_are_absent():
-    names = ["require", "process", "fetch", "setTimeout", "setInterval", "XMLHttpRequest", "std", "os",
-             "console", "print", "scriptArgs", "WebAssembly", "Deno", "Bun", "module", "importScripts"]
+    names = [
+        "require",
+        "process",
+        "fetch",
+        "setTimeout",
+        "setInterval",
+        "XMLHttpRequest",
+        "std",
+        "os",
+        "console",
+        "print",
+        "scriptArgs",
+        "WebAssembly",
+        "Deno",
+        "Bun",
+        "module",
+        "importScripts",
+    ]
     result = run_evolve([], f"return [{', '.join(f'typeof {n}' for n in names)}].map(t => ({{type: t}}));")
     assert result.ok
     assert {x["type"] for x in result.state} == {"undefined"}
 
 
 def test_no_leakage_between_runs():
-    polluted = run_evolve(STATE, "Object.prototype.hacked = 1; Array.prototype.map = null; "
-                                 "globalThis.secret = 42; return state;")
+    polluted = run_evolve(
+        STATE, "Object.prototype.hacked = 1; Array.prototype.map = null; globalThis.secret = 42; return state;"
+    )
     assert polluted.ok
     assert polluted.state == STATE  # an inherited property is not an own key: it does not leak into data
     probe = run_evolve([], "return [{hacked: typeof ({}).hacked, map: typeof [].map, secret: typeof secret}];")

@@ -35,12 +35,20 @@ GOOD = [
     {"role": "user", "content": "Find the year."},
     {"type": "message", "role": "assistant", "content": "Searching."},
     call("c1"),
-    out("c1", [{"type": "input_text", "text": "{\"results\": []}"}, {"type": "input_text", "text": "note ’ 😀"}]),
-    {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "1931", "annotations": []}]},
+    out("c1", [{"type": "input_text", "text": '{"results": []}'}, {"type": "input_text", "text": "note ’ 😀"}]),
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "1931", "annotations": []}],
+    },
     {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
-    {"type": "message", "role": "developer", "content": [{"type": "input_image", "detail": "auto",
-                                                           "image_url": "data:image/png;base64,AAAA"}]},
+    {
+        "type": "message",
+        "role": "developer",
+        "content": [{"type": "input_image", "detail": "auto", "image_url": "data:image/png;base64,AAAA"}],
+    },
 ]
 
 
@@ -64,28 +72,47 @@ def test_good_state_normalises_and_is_openai_valid():
         ([{"role": "user"}], 0, "content", "is required"),
         ([{"role": "user", "content": 5}], 0, "content", "a string or a list of parts"),
         ([{"role": "user", "content": [{"type": "input_audio"}]}], 0, "content[0].type", "unknown part type"),
-        ([{"role": "user", "content": [{"type": "input_text", "text": "a", "x": 1}]}], 0, "content[0].x",
-         "unknown field"),
-        ([{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}], 0, "content[0].detail",
-         "is required"),
-        ([{"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]}], 0,
-         "content", "needs 'id' and 'status'"),
-        ([{"type": "message", "id": "m", "role": "assistant", "status": "done", "content": []}], 0, "status",
-         "must be one of"),
+        (
+            [{"role": "user", "content": [{"type": "input_text", "text": "a", "x": 1}]}],
+            0,
+            "content[0].x",
+            "unknown field",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}],
+            0,
+            "content[0].detail",
+            "is required",
+        ),
+        (
+            [{"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]}],
+            0,
+            "content",
+            "needs 'id' and 'status'",
+        ),
+        (
+            [{"type": "message", "id": "m", "role": "assistant", "status": "done", "content": []}],
+            0,
+            "status",
+            "must be one of",
+        ),
         ([call("")], 0, "call_id", "non-empty"),
         ([call("c", name="")], 0, "name", "non-empty"),
         ([call("c", args="{bad")], 0, "arguments", "JSON string of an object"),
         ([call("c", args="[1, 2]")], 0, "arguments", "JSON string of an object"),
-        ([{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"q": 1}}], 0, "arguments",
-         "must be a string"),
+        (
+            [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"q": 1}}],
+            0,
+            "arguments",
+            "must be a string",
+        ),
         ([call("c"), out("c"), call("c"), out("c")], 2, "call_id", "already used"),
         ([out("c"), call("c")], 0, "call_id", "does not follow"),
         ([call("c"), out("c"), out("c")], 2, "call_id", "second output"),
         ([call("c")], 0, None, "has no function_call_output"),
         ([call("a"), call("b"), out("b")], 0, None, "has no function_call_output"),
         ([{"type": "reasoning", "id": "r", "summary": "text"}], 0, "summary", "a list of parts"),
-        ([{"role": "user", "content": [{"type": "input_text", "text": 3}]}], 0, "content[0].text",
-         "must be a string"),
+        ([{"role": "user", "content": [{"type": "input_text", "text": 3}]}], 0, "content[0].text", "must be a string"),
     ],
 )
 def test_rule_violations_name_item_field_and_rule(state, index, field, words):
@@ -107,8 +134,13 @@ def test_pending_call_is_the_only_unanswered_call_allowed():
 
 @pytest.mark.parametrize(
     ("value", "words"),
-    [(float("nan"), "non-finite"), (float("inf"), "non-finite"), ({1: "a"}, "non-string key"),
-     (b"bytes", "not JSON"), ((1, 2), "not JSON")],
+    [
+        (float("nan"), "non-finite"),
+        (float("inf"), "non-finite"),
+        ({1: "a"}, "non-string key"),
+        (b"bytes", "not JSON"),
+        ((1, 2), "not JSON"),
+    ],
 )
 def test_non_json_values_rejected(value, words):
     with pytest.raises(StateError, match=words):
@@ -135,7 +167,7 @@ def test_load_state_rejects_nan_literal_and_bad_json():
 
 
 def test_unicode_preserved_exactly():
-    text = "emoji 😀, apostrophe ’, escapes \\n \\u2019 \" \t and a NUL \u0000"
+    text = 'emoji 😀, apostrophe ’, escapes \\n \\u2019 " \t and a NUL \u0000'
     state = load_state(json.dumps([{"role": "user", "content": text}], ensure_ascii=True))
     assert state[0]["content"] == text
 
@@ -147,7 +179,7 @@ def _random_value(f: Field, rng: random.Random, depth: int = 0):
     if f.nullable and rng.random() < 0.2:
         return None
     if f.kind == "str":
-        return rng.choice(["", "plain", "’quote’ 😀", "line\nbreak", "{\"json\": true}"])
+        return rng.choice(["", "plain", "’quote’ 😀", "line\nbreak", '{"json": true}'])
     if f.kind == "id":
         return rng.choice(["id_1", "call-xyz", "msg_" + str(rng.randrange(10**6))])
     if f.kind == "int":
@@ -219,7 +251,7 @@ def test_typescript_declarations_cover_the_schema():
         assert f"type {shape} = {{" in ts
         for f in fields:
             assert f"  {f.name}{'' if f.required else '?'}: " in ts
-    for group, parts in PART_GROUPS.items():
+    for _group, parts in PART_GROUPS.items():
         for ptype in parts:
             assert f'type: "{ptype}";' in ts
     assert "type State = Item[];" in ts
