@@ -139,20 +139,27 @@ class TaskFamily(ABC):
         """Generate the task for `seed` in `split` (deterministic)."""
 
 
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def family_names() -> list[str]:
+    """Names of the registered families, without importing them."""
+    return sorted(_entry_points())
+
+
 def task_families() -> dict[str, type[TaskFamily]]:
-    """Every registered family, by name (entry-point group ``rl_compaction.tasks``)."""
-    found: dict[str, type[TaskFamily]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found[ep.name] = ep.load()
-    return dict(sorted(found.items()))
+    """Every registered family class, by name (entry-point group ``rl_compaction.tasks``)."""
+    return {name: ep.load() for name, ep in sorted(_entry_points().items())}
 
 
 def get_family(name: str) -> TaskFamily:
-    families = task_families()
-    if name not in families:
-        known = ", ".join(families) or "none (is the package installed?)"
+    """An instance of the family registered as `name` (only that plug-in is imported)."""
+    eps = _entry_points()
+    if name not in eps:
+        known = ", ".join(sorted(eps)) or "none (is the package installed?)"
         raise KeyError(f"unknown task family {name!r}; registered: {known}")
-    return families[name]()
+    return eps[name].load()()
 
 
 def tool_arguments(item: dict[str, Any]) -> dict[str, Any]:
