@@ -1,0 +1,695 @@
+"""Token and cache accounting: every token count, cache figure and cost in reports comes from here.
+
+A model input is the system instructions + tool definitions + rendered State, tokenised as
+the model receives it: through the chat template and tokenizer of a local model
+(`ChatTemplateCounter`), or, for an API model, as a documented tiktoken estimate
+(`TiktokenCounter`, see `rl_compaction.render`).
+
+Formulas (the design notes' names):
+- reusable prefix(a, b) = length of the longest common initial token sequence;
+- Cache Cost = tokens(new input) - reusable prefix(old input, new input);
+- Compaction Cost = evolve-call tokens x output weight + Cache Cost, in input-token
+  equivalents (output weight = output price / uncached input price);
+- task cost = sum over model invocations of uncached input x 1 + cached input x cache-read
+  weight + output x output weight + tokens newly written to cache x cache-write weight.
+  Which input tokens are cached is a `CacheModel`: the longest prefix shared with any
+  earlier request, rounded down to whole blocks, and nothing below a minimum length.
+
+Counting one more turn costs about the new tokens, not the whole context: counters cache
+token ids per rendered piece and `Ledger` keeps earlier requests in a hashed prefix index.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import rl_compaction
+from rl_compaction.render import chat_messages, chat_tools, estimate_pieces
+from rl_compaction.state import State, text_of
+from rl_compaction.tiktoken_offline import OFFLINE_ENCODINGS, get_encoding
+
+TokenIds = Sequence[int]
+
+# --------------------------------------------------------------------------- prefix arithmetic
+
+
+def _as_list(ids: Any) -> list[int]:
+    if isinstance(ids, list):
+        return ids
+    if hasattr(ids, "tolist"):  # numpy arrays and torch tensors
+        return ids.tolist()
+    return list(ids)
+
+
+def reusable_prefix(a: TokenIds, b: TokenIds) -> int:
+    """Length of the longest common initial token sequence of `a` and `b`.
+
+    Compares list slices in C: one comparison settles the common case (one sequence
+    extends the other); otherwise a bisection over ever smaller slices finds the first
+    difference, about 2 x min(len) element comparisons in all."""
+    a, b = _as_list(a), _as_list(b)
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; the first difference is at an index in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def cache_cost(old_ids: TokenIds, new_ids: TokenIds) -> int:
+    """Tokens of the new input that the old input's cache cannot serve."""
+    return len(new_ids) - reusable_prefix(old_ids, new_ids)
+
+
+def compaction_cost(evolve_call_tokens: int, cache_cost: int, output_weight: float) -> float:
+    """Compaction Cost in input-token equivalents: writing the edit plus re-reading what it broke."""
+    if evolve_call_tokens < 0 or cache_cost < 0:
+        raise ValueError(
+            f"token counts must be >= 0, got evolve_call_tokens={evolve_call_tokens}, cache_cost={cache_cost}"
+        )
+    if not output_weight >= 0:
+        raise ValueError(f"output_weight must be >= 0, got {output_weight}")
+    return evolve_call_tokens * output_weight + cache_cost
+
+
+# --------------------------------------------------------------------------- counters
+
+
+class _ChunkCache:
+    """Bounded LRU from text piece to its token ids; misses are encoded together in one batch."""
+
+    def __init__(self, encode_batch: Callable[[list[str]], list[list[int]]], max_entries: int, max_chars: int):
+        if max_entries < 1 or max_chars < 1:
+            raise ValueError("cache bounds must be >= 1")
+        self._encode_batch = encode_batch
+        self._entries: OrderedDict[str, list[int]] = OrderedDict()
+        self._chars = 0
+        self.max_entries, self.max_chars = max_entries, max_chars
+
+    def encode(self, pieces: list[str]) -> list[int]:
+        entries = self._entries
+        missing = list(dict.fromkeys(p for p in pieces if p not in entries))
+        fresh = dict(zip(missing, self._encode_batch(missing), strict=True)) if missing else {}
+        out: list[int] = []
+        for p in pieces:
+            ids = fresh.get(p)
+            if ids is None:
+                ids = entries[p]
+                entries.move_to_end(p)
+            out.extend(ids)
+        for p, ids in fresh.items():
+            entries[p] = ids
+            self._chars += len(p)
+        while len(entries) > self.max_entries or (self._chars > self.max_chars and len(entries) > 1):
+            p, _ = entries.popitem(last=False)
+            self._chars -= len(p)
+        return out
+
+
+class TokenCounter(ABC):
+    """Tokenises a whole model input exactly as one model receives it.
+
+    `input_ids` is incremental (cached per piece) and must always equal `input_ids_full`,
+    the uncached reference path."""
+
+    name: str
+
+    @abstractmethod
+    def input_ids(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        """The model input's token ids, generation prompt included."""
+
+    @abstractmethod
+    def input_ids_full(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        """Same ids as `input_ids`, tokenised from scratch without any cache."""
+
+    @abstractmethod
+    def output_tokens(self, items: list[dict[str, Any]]) -> int:
+        """Tokens the model emits to produce `items` (one model turn: messages and calls)."""
+
+    def call_tokens(self, item: dict[str, Any]) -> int:
+        """Tokens the model emitted for one generated function_call item."""
+        if not isinstance(item, dict) or item.get("type") != "function_call":
+            raise ValueError(f"call_tokens needs a function_call item, got {str(item)[:80]}")
+        return self.output_tokens([item])
+
+    @abstractmethod
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no template framing), e.g. a tool output's share of the input."""
+
+    def count(self, instructions: str, tools: list[dict[str, Any]], state: State) -> int:
+        """Number of tokens of the model input."""
+        return len(self.input_ids(instructions, tools, state))
+
+
+class TiktokenCounter(TokenCounter):
+    """The documented tiktoken estimate for API models (`rl_compaction.render.estimate_pieces`).
+
+    Each piece (header, one per item, generation prompt) is encoded on its own with
+    `encode_ordinary` (text that looks like a special token counts as text) and cached,
+    so an appended turn only encodes its new items. `output_tokens` counts a function
+    call as tokens(name) + tokens(arguments) and a message or reasoning item as the tokens
+    of its text: the provider's per-call framing is not public and is left out."""
+
+    def __init__(self, encoding_name: str = "o200k_base", *, max_entries: int = 16_384, max_chars: int = 64 << 20):
+        self.encoding = get_encoding(encoding_name)
+        self.name = encoding_name
+        self._cache = _ChunkCache(self._encode_batch, max_entries, max_chars)
+
+    def _encode_batch(self, pieces: list[str]) -> list[list[int]]:
+        return [self.encoding.encode_ordinary(p) for p in pieces]
+
+    def input_ids(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        return self._cache.encode(estimate_pieces(instructions, tools, state))
+
+    def input_ids_full(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        ids: list[int] = []
+        for piece in estimate_pieces(instructions, tools, state):
+            ids.extend(self.encoding.encode_ordinary(piece))
+        return ids
+
+    def text_tokens(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text))
+
+    def output_tokens(self, items: list[dict[str, Any]]) -> int:
+        enc = self.encoding.encode_ordinary
+        total = 0
+        for i, item in enumerate(items):
+            kind = item.get("type", "message") if isinstance(item, dict) else None
+            if kind == "function_call":
+                total += len(enc(item["name"])) + len(enc(item["arguments"]))
+            elif kind == "message":
+                total += len(enc(text_of(item["content"])))
+            elif kind == "reasoning":
+                total += len(enc(text_of(item.get("content") or item.get("summary") or [])))
+            else:
+                raise ValueError(f"output item {i}: a model emits messages, function calls or reasoning, not {kind!r}")
+        return total
+
+
+# Rust's char::is_whitespace, which `tokenizers` uses for an added token's lstrip/rstrip.
+_RUST_WS = "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
+
+class ChatTemplateCounter(TokenCounter):
+    """A local model's exact input: its chat template rendered and its tokenizer applied.
+
+    Incremental path: a fast (Rust) tokenizer first splits text at added tokens that match
+    on the raw text and then tokenises each stretch between them on its own, so encoding
+    those stretches separately and concatenating gives the same ids. The counter splits
+    the rendered text the same way and caches ids per stretch; an appended turn encodes
+    only its new stretches. A probe at construction checks the equality for this
+    tokenizer (it fails e.g. for a Metaspace pre-tokenizer that marks only the first
+    word); when it fails, or for a slow tokenizer, every call takes the full path.
+    The Jinja rendering itself is redone each call (templates are not decomposable); it
+    is string work, much cheaper than tokenising."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        name: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        max_entries: int = 16_384,
+        max_chars: int = 64 << 20,
+    ):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template")
+        self.tokenizer = tokenizer
+        self.name = name or f"hf:{getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__}"
+        self.template_kwargs = dict(template_kwargs or {})
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = None
+        if backend is not None:
+            # An independent copy, so truncation/padding set on the shared tokenizer cannot leak in.
+            from tokenizers import Tokenizer
+
+            self._backend = Tokenizer.from_str(backend.to_str())
+            self._backend.no_truncation()
+            self._backend.no_padding()
+            self._backend.encode_special_tokens = backend.encode_special_tokens
+        self._split = self._added_token_splitter()
+        self._cache = _ChunkCache(self._encode_batch, max_entries, max_chars)
+        self.incremental = self._split is not None and self._probe_chunking()
+
+    # -- tokenisation
+
+    def _added_token_splitter(self) -> re.Pattern[str] | None:
+        """A regex matching what the Rust tokenizer extracts before normalising: added tokens
+        with normalized=False (with their lstrip/rstrip whitespace); None if not applicable."""
+        if self._backend is None:
+            return None
+        alternatives = []
+        for tok in self._backend.get_added_tokens_decoder().values():
+            if tok.single_word:
+                return None
+            if tok.normalized or (tok.special and self._backend.encode_special_tokens):
+                continue
+            pattern = re.escape(tok.content)
+            if tok.lstrip:
+                pattern = _RUST_WS + "*" + pattern
+            if tok.rstrip:
+                pattern += _RUST_WS + "*"
+            alternatives.append((len(tok.content), pattern))
+        if not alternatives:
+            return None
+        alternatives.sort(key=lambda x: -x[0])  # longest first, as the tokenizer's leftmost-longest match
+        return re.compile("(" + "|".join(p for _, p in alternatives) + ")")
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._backend.encode_batch(texts, add_special_tokens=False)]
+
+    def _chunks(self, text: str) -> list[str]:
+        return [c for c in self._split.split(text) if c]
+
+    def _probe_chunking(self) -> bool:
+        added = [
+            t.content for t in self._backend.get_added_tokens_decoder().values() if self._split.fullmatch(t.content)
+        ]
+        probe = "Hello world\n" + "".join(f"{t}user\n x  y {t} z\n\n{t}\n’é🙂 w" for t in added[:8])
+        chunked = [i for c in self._chunks(probe) for i in self._encode_batch([c])[0]]
+        return chunked == self.encode_text(probe)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` as `apply_chat_template(tokenize=True)` makes them (no added BOS/EOS)."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def text_tokens(self, text: str) -> int:
+        return len(self.encode_text(text))
+
+    def _encode(self, text: str) -> list[int]:
+        if self.incremental:
+            return self._cache.encode(self._chunks(text))
+        return self.encode_text(text)
+
+    # -- rendering
+
+    def render(
+        self, instructions: str, tools: list[dict[str, Any]], state: State, *, add_generation_prompt: bool = True
+    ) -> str:
+        """The chat template's text for instructions + tools + state."""
+        return self.tokenizer.apply_chat_template(
+            chat_messages(instructions, state),
+            tools=chat_tools(tools) or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **self.template_kwargs,
+        )
+
+    def input_ids(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        return self._encode(self.render(instructions, tools, state))
+
+    def input_ids_full(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
+        return self.encode_text(self.render(instructions, tools, state))
+
+    def output_tokens(self, items: list[dict[str, Any]]) -> int:
+        """Tokens of the assistant turn the template renders for `items`, after the generation
+        prompt and up to its end-of-turn token (whitespace the template puts after that token
+        is not generated and not counted). Measured as the ids of a one-turn conversation
+        beyond their common prefix with the same conversation's generation prompt."""
+        for i, item in enumerate(items):
+            kind = item.get("type", "message") if isinstance(item, dict) else None
+            if kind not in ("function_call", "message", "reasoning") or (
+                kind == "message" and item.get("role") != "assistant"
+            ):
+                raise ValueError(
+                    f"output item {i}: a model emits assistant messages, function calls or "
+                    f"reasoning, not {str(item)[:80]}"
+                )
+        opening: State = [{"type": "message", "role": "user", "content": "."}]
+        prompt = self.encode_text(self.render("", [], opening))
+        turn = self.render("", [], opening + list(items), add_generation_prompt=False).rstrip()
+        ids = self.encode_text(turn)
+        return len(ids) - reusable_prefix(prompt, ids)
+
+
+def get_counter(name: str) -> TokenCounter:
+    """A counter by name: "o200k_base" or "cl100k_base" (tiktoken estimate), or "hf:PATH" /
+    an existing directory (a local tokenizer with a chat template; never downloads)."""
+    if name in OFFLINE_ENCODINGS:
+        return TiktokenCounter(name)
+    is_hf = name.startswith("hf:")
+    path = name[3:] if is_hf else name
+    if is_hf or (name and Path(name).is_dir()):
+        if not path:
+            raise ValueError("hf: needs a path, e.g. hf:/models/Qwen2.5-0.5B-Instruct")
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"cannot load a tokenizer from {path!r} with local files only (the hub is never contacted): {e}"
+            ) from e
+        return ChatTemplateCounter(tokenizer, name=f"hf:{path}")
+    raise ValueError(
+        f"unknown token counter {name!r}; choose one of: {', '.join(OFFLINE_ENCODINGS)}, "
+        "hf:PATH (a local tokenizer directory or cached model), or an existing directory"
+    )
+
+
+# --------------------------------------------------------------------------- cache models
+
+
+class PresetError(ValueError):
+    """The accounting presets file is missing, malformed or names no such preset."""
+
+
+class CacheModel(BaseModel):
+    """Which input tokens a provider serves from its prompt cache, and the price ratios.
+
+    Weights are relative to one uncached input token. `cache_write_weight` is the surcharge
+    on top of that for each token newly written to cache (Anthropic's 1.25x write price is
+    0.25 here). `cache_outputs`: whether a request's generated tokens also become cacheable
+    (vLLM's prefix cache keeps them; API prompt caches cache prompts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    block_size: int = Field(1, ge=1)
+    min_cached_tokens: int = Field(0, ge=0)
+    cache_read_weight: float = Field(ge=0)
+    cache_write_weight: float = Field(0.0, ge=0)
+    output_weight: float = Field(ge=0)
+    cache_outputs: bool = False
+
+    def cached(self, prefix_tokens: int) -> int:
+        """Tokens served from cache for a shared prefix of `prefix_tokens`: whole blocks only,
+        and none below the minimum."""
+        n = prefix_tokens // self.block_size * self.block_size
+        return n if n >= self.min_cached_tokens else 0
+
+
+def default_presets_path() -> Path:
+    """configs/accounting.yaml of this checkout (editable install or clone)."""
+    return Path(rl_compaction.__file__).resolve().parents[1] / "configs" / "accounting.yaml"
+
+
+def _read_presets(path: str | Path | None) -> tuple[str, dict[str, CacheModel]]:
+    p = Path(path) if path is not None else default_presets_path()
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PresetError(f"accounting presets file not found: {p}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise PresetError(f"cannot read accounting presets {p}: {e}") from None
+    if not isinstance(data, dict) or set(data) != {"default", "presets"}:
+        raise PresetError(f"{p}: expected a mapping with exactly the keys 'default' and 'presets'")
+    raw = data["presets"]
+    if not isinstance(raw, dict) or not raw:
+        raise PresetError(f"{p}: 'presets' must be a non-empty mapping of name -> cache model")
+    presets = {}
+    for name, fields in raw.items():
+        if not isinstance(fields, dict):
+            raise PresetError(f"{p}: preset {name!r} must be a mapping of fields")
+        try:
+            presets[str(name)] = CacheModel(**fields)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'preset'}: {err['msg']}" for err in e.errors())
+            raise PresetError(f"{p}: preset {name!r}: {problems}") from None
+    if data["default"] not in presets:
+        raise PresetError(f"{p}: default preset {data['default']!r} is not one of {', '.join(presets)}")
+    return data["default"], presets
+
+
+def load_presets(path: str | Path | None = None) -> dict[str, CacheModel]:
+    """Cache-model presets by name from `path` (default: `default_presets_path()`)."""
+    return _read_presets(path)[1]
+
+
+def get_cache_model(name: str | None = None, path: str | Path | None = None) -> CacheModel:
+    """The preset `name`, or the file's `default` preset when `name` is None."""
+    default, presets = _read_presets(path)
+    key = default if name is None else name
+    if key not in presets:
+        raise PresetError(f"unknown cache model preset {key!r}; choose one of {', '.join(presets)}")
+    return presets[key]
+
+
+# --------------------------------------------------------------------------- evolve receipt
+
+
+def edit_metrics(
+    counter: TokenCounter,
+    instructions: str,
+    tools: list[dict[str, Any]],
+    before_state: State,
+    after_state: State,
+    evolve_call_tokens: int,
+    output_weight: float | None = None,
+) -> dict[str, Any]:
+    """The receipt numbers of an evolve edit: the model inputs rendered from the State before
+    and after the edit, their reusable prefix, Cache Cost and Compaction Cost.
+    `output_weight` defaults to the default preset's (configs/accounting.yaml)."""
+    if output_weight is None:
+        output_weight = get_cache_model().output_weight
+    before = counter.input_ids(instructions, tools, before_state)
+    after = counter.input_ids(instructions, tools, after_state)
+    prefix = reusable_prefix(before, after)
+    cost = len(after) - prefix
+    return {
+        "before_tokens": len(before),
+        "after_tokens": len(after),
+        "reusable_prefix_tokens": prefix,
+        "evolve_call_tokens": evolve_call_tokens,
+        "cache_cost": cost,
+        "compaction_cost": compaction_cost(evolve_call_tokens, cost, output_weight),
+    }
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+class PrefixIndex:
+    """Earlier token sequences ("branches") and the longest prefix a new one shares with any.
+
+    A sequence that extends a branch replaces it, so no branch is a prefix of another: an
+    append-only episode keeps one branch and each edit adds one. Each branch is hashed in
+    blocks of `GRAIN` tokens as a hash chain (as vLLM's prefix cache does); a lookup finds
+    the last chain hash it shares with any branch, confirms the match by comparison and
+    compares the rest within one block, so results are exact even under hash collisions.
+    Chain hashes are reused from the previous sequence up to their common prefix, so a
+    lookup hashes only new tokens."""
+
+    GRAIN = 64
+
+    def __init__(self) -> None:
+        self._seqs: dict[int, list[int]] = {}
+        self._chains: dict[int, list[int]] = {}
+        self._by_hash: dict[int, set[int]] = {}
+        self._next_id = 0
+        self._last: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    @staticmethod
+    def _block_hash(previous: int, block: list[int]) -> int:
+        """Chain hash of one block: depends on the block and on every block before it."""
+        return hash((previous, *block))
+
+    def _chain(self, seq: list[int]) -> tuple[list[int], int]:
+        """Chain hashes of seq's full blocks, and how many leading blocks are known (by
+        comparison) to equal the last branch's."""
+        g = self.GRAIN
+        chain: list[int] = []
+        if self._last is not None:
+            chain = self._chains[self._last][: reusable_prefix(self._seqs[self._last], seq) // g]
+        verified = len(chain)
+        h = chain[-1] if chain else 0
+        for start in range(len(chain) * g, len(seq) - g + 1, g):
+            h = self._block_hash(h, seq[start : start + g])
+            chain.append(h)
+        return chain, verified
+
+    def _match(self, seq: list[int], chain: list[int], verified: int) -> tuple[int, int | None]:
+        """(longest shared prefix, id of a branch that is a prefix of seq or None)."""
+        k = 0
+        while k < len(chain) and chain[k] in self._by_hash:
+            k += 1
+        base = k * self.GRAIN
+        candidates = self._by_hash[chain[k - 1]] if k else self._seqs.keys()
+        best, prefix_of = 0, None
+        for b in candidates:
+            s = self._seqs[b]
+            # A hash match is confirmed by comparison (the last branch's was compared in _chain).
+            if k and not (b == self._last and k <= verified) and s[:base] != seq[:base]:
+                return self._brute_force(seq)  # a hash collision: not seen in practice, still exact
+            n = base + reusable_prefix(s[base : base + self.GRAIN], seq[base : base + self.GRAIN])
+            best = max(best, n)
+            if n == len(s):
+                prefix_of = b
+        return best, prefix_of
+
+    def _brute_force(self, seq: list[int]) -> tuple[int, int | None]:
+        best, prefix_of = 0, None
+        for b, s in self._seqs.items():
+            n = reusable_prefix(s, seq)
+            best = max(best, n)
+            if n == len(s):
+                prefix_of = b
+        return best, prefix_of
+
+    def longest(self, seq: TokenIds) -> int:
+        """Longest prefix `seq` shares with any branch."""
+        seq = _as_list(seq)
+        return self._match(seq, *self._chain(seq))[0]
+
+    def extend(self, seq: TokenIds, *, copy: bool = True) -> int:
+        """Longest prefix `seq` shares with any branch; then `seq` is recorded as a branch
+        (`copy=False`: the caller hands the list over and will not change it)."""
+        seq = list(seq) if copy or not isinstance(seq, list) else seq
+        chain, verified = self._chain(seq)
+        best, prefix_of = self._match(seq, chain, verified)
+        if best == len(seq):
+            return best  # already covered by a branch
+        if prefix_of is None:
+            bid, known = self._next_id, 0
+            self._next_id += 1
+        else:  # seq extends that branch: it takes the branch's place and keeps its hashes
+            bid, known = prefix_of, len(self._chains[prefix_of])
+        self._seqs[bid], self._chains[bid] = seq, chain
+        for h in chain[known:]:
+            self._by_hash.setdefault(h, set()).add(bid)
+        self._last = bid
+        return best
+
+
+@dataclass(frozen=True)
+class TurnCost:
+    """One model invocation's tokens and cost (input-token equivalents)."""
+
+    index: int
+    input_tokens: int
+    cached_tokens: int
+    uncached_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    #: longest prefix shared with the previous invocation's input (no block rounding)
+    reusable_prefix: int
+    evolve_call_tokens: int
+    #: None: no evolve call in this turn; True/False: the edit was applied / failed
+    evolve_applied: bool | None
+    cost: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Ledger:
+    """Per-episode record of model invocations under one `CacheModel`."""
+
+    def __init__(self, cache_model: CacheModel):
+        if not isinstance(cache_model, CacheModel):
+            raise TypeError(f"Ledger needs a CacheModel, got {type(cache_model).__name__}")
+        self.cache_model = cache_model
+        self._rows: list[TurnCost] = []
+        self._index = PrefixIndex()
+        self._previous_input: list[int] = []
+
+    @property
+    def rows(self) -> list[TurnCost]:
+        return list(self._rows)
+
+    def record(
+        self,
+        input_ids: TokenIds,
+        output: TokenIds | int,
+        *,
+        evolve_call_tokens: int = 0,
+        evolve_applied: bool | None = None,
+    ) -> TurnCost:
+        """Account one invocation: its exact input ids and its output ids, or only the output
+        token count (a provider's usage report, an estimate). Generated tokens can join the
+        cache (`cache_outputs`) only when their ids are given."""
+        cm = self.cache_model
+        inputs = _as_list(input_ids)
+        if isinstance(output, bool) or not isinstance(output, int):
+            output_ids: list[int] | None = _as_list(output)
+            n_out = len(output_ids)
+        elif output < 0:
+            raise ValueError(f"output token count must be >= 0, got {output}")
+        else:
+            output_ids, n_out = None, output
+        if isinstance(evolve_call_tokens, bool) or not isinstance(evolve_call_tokens, int) or evolve_call_tokens < 0:
+            raise ValueError(f"evolve_call_tokens must be an int >= 0, got {evolve_call_tokens!r}")
+        if evolve_applied not in (None, True, False):
+            raise ValueError(f"evolve_applied must be None, True or False, got {evolve_applied!r}")
+        if evolve_call_tokens and evolve_applied is None:
+            raise ValueError("evolve_call_tokens given without evolve_applied: say whether the edit was applied")
+
+        cacheable = inputs + output_ids if cm.cache_outputs and output_ids is not None else list(inputs)
+        shared = self._index.extend(cacheable, copy=False)
+        cached = cm.cached(min(shared, len(inputs)))
+        written = max(0, cm.cached(len(cacheable)) - cm.cached(shared))
+        uncached = len(inputs) - cached
+        row = TurnCost(
+            index=len(self._rows),
+            input_tokens=len(inputs),
+            cached_tokens=cached,
+            uncached_tokens=uncached,
+            output_tokens=n_out,
+            cache_write_tokens=written,
+            reusable_prefix=reusable_prefix(self._previous_input, inputs),
+            evolve_call_tokens=evolve_call_tokens,
+            evolve_applied=evolve_applied,
+            cost=uncached + cached * cm.cache_read_weight + n_out * cm.output_weight + written * cm.cache_write_weight,
+        )
+        self._previous_input = cacheable[: len(inputs)] if len(cacheable) > len(inputs) else cacheable
+        self._rows.append(row)
+        return row
+
+    def totals(self) -> dict[str, Any]:
+        """Sums over all invocations, plus peak context (largest input), compactions (evolve
+        edits applied), evolve failures, evolve tokens and the cached share of input."""
+        rows = self._rows
+        total_input = sum(r.input_tokens for r in rows)
+        total_cached = sum(r.cached_tokens for r in rows)
+        return {
+            "invocations": len(rows),
+            "input_tokens": total_input,
+            "cached_tokens": total_cached,
+            "uncached_tokens": sum(r.uncached_tokens for r in rows),
+            "output_tokens": sum(r.output_tokens for r in rows),
+            "cache_write_tokens": sum(r.cache_write_tokens for r in rows),
+            "cost": sum(r.cost for r in rows),
+            "peak_context_tokens": max((r.input_tokens for r in rows), default=0),
+            "compactions": sum(r.evolve_applied is True for r in rows),
+            "evolve_failures": sum(r.evolve_applied is False for r in rows),
+            "evolve_tokens": sum(r.evolve_call_tokens for r in rows),
+            "cached_share": total_cached / total_input if total_input else 0.0,
+        }
+
+
+__all__ = [
+    "CacheModel",
+    "ChatTemplateCounter",
+    "Ledger",
+    "PrefixIndex",
+    "PresetError",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TurnCost",
+    "cache_cost",
+    "compaction_cost",
+    "default_presets_path",
+    "edit_metrics",
+    "get_cache_model",
+    "get_counter",
+    "load_presets",
+    "reusable_prefix",
+]
