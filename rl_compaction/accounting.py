@@ -600,6 +600,7 @@ class Ledger:
         self._rows: list[TurnCost] = []
         self._index = PrefixIndex()
         self._previous_input: list[int] = []
+        self._harness_edits: list[bool] = []
 
     @property
     def rows(self) -> list[TurnCost]:
@@ -653,9 +654,15 @@ class Ledger:
         self._rows.append(row)
         return row
 
+    def record_harness_edit(self, applied: bool) -> None:
+        """An edit the harness made itself (a fixed strategy at the threshold): no model
+        invocation and no generated tokens, but it counts as a compaction or a failure."""
+        self._harness_edits.append(bool(applied))
+
     def totals(self) -> dict[str, Any]:
         """Sums over all invocations, plus peak context (largest input), compactions (evolve
-        edits applied), evolve failures, evolve tokens and the cached share of input."""
+        edits applied, by the model or the harness), evolve failures, evolve tokens and the
+        cached share of input."""
         rows = self._rows
         total_input = sum(r.input_tokens for r in rows)
         total_cached = sum(r.cached_tokens for r in rows)
@@ -668,8 +675,10 @@ class Ledger:
             "cache_write_tokens": sum(r.cache_write_tokens for r in rows),
             "cost": sum(r.cost for r in rows),
             "peak_context_tokens": max((r.input_tokens for r in rows), default=0),
-            "compactions": sum(r.evolve_applied is True for r in rows),
-            "evolve_failures": sum(r.evolve_applied is False for r in rows),
+            "compactions": sum(r.evolve_applied is True for r in rows) + sum(self._harness_edits),
+            "evolve_failures": sum(r.evolve_applied is False for r in rows)
+            + sum(not a for a in self._harness_edits),
+            "harness_compactions": sum(self._harness_edits),
             "evolve_tokens": sum(r.evolve_call_tokens for r in rows),
             "cached_share": total_cached / total_input if total_input else 0.0,
         }

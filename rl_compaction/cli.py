@@ -130,6 +130,84 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return 0 if results and passed == len(results) else 1
 
 
+def _difficulty(args: argparse.Namespace):
+    from rl_compaction.tasks import Difficulty
+
+    try:
+        return Difficulty(scale=args.scale, level=args.level)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _family(name: str):
+    from rl_compaction.tasks import get_family
+
+    try:
+        return get_family(name)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+
+
+def cmd_envs_list(args: argparse.Namespace) -> int:
+    from rl_compaction.tasks import task_families
+
+    for name, family in task_families().items():
+        print(f"{name:10s} {family.description}")
+    return 0
+
+
+def cmd_envs_show(args: argparse.Namespace) -> int:
+    from rl_compaction.env import EnvConfig
+    from rl_compaction.oracle import make_env, run_oracle_episode
+    from rl_compaction.state import text_of
+
+    _family(args.family)
+    env = make_env(args.family, split=args.split, config=EnvConfig(context_window=10**9, tokenizer=args.tokenizer),
+                   difficulty=_difficulty(args))
+    obs, info = env.reset(seed=args.seed)
+    print(f"# {args.family} / {args.split} / seed {args.seed}\n")
+    print(obs["instructions"].split("\n\n# Your working context")[0])
+    print("\n## Tools: " + ", ".join(t["name"] for t in obs["tools"]))
+    for item in obs["state"]:
+        print(f"\n## {item.get('role', item['type'])}\n{text_of(item.get('content', ''))}")
+    end = run_oracle_episode(env, args.seed)
+    tool_tokens = sum(env.counter.text_tokens(text_of(x["output"])) for x in env.history
+                      if x["type"] == "function_call_output")
+    print(f"\n## Size (tokenizer {env.counter.name})")
+    print(f"initial input tokens:          {info['input_tokens']}")
+    print(f"oracle episode tool output:    {tool_tokens} tokens in {end['turns']} turns")
+    print(f"oracle episode peak context:   {end['ledger']['peak_context_tokens']} tokens")
+    print(f"oracle score (no compaction):  {end['score']:.3f}")
+    return 0
+
+
+def cmd_envs_oracle(args: argparse.Namespace) -> int:
+    from rl_compaction.env import EnvConfig
+    from rl_compaction.oracle import ORACLE_STRATEGIES, make_env, run_oracle_episode
+    from rl_compaction.reports import oracle_table, progress
+
+    _family(args.family)
+    strategies = list(ORACLE_STRATEGIES) if args.strategy == "all" else args.strategy.split(",")
+    for name in strategies:
+        if name not in ORACLE_STRATEGIES:
+            raise UsageError(f"unknown strategy {name!r}; choose from {', '.join(ORACLE_STRATEGIES)} or all")
+    if args.episodes <= 0:
+        raise UsageError("--episodes must be > 0")
+    results: dict[str, list[dict]] = {}
+    for name in strategies:
+        try:
+            config = EnvConfig(context_window=args.context_window, tokenizer=args.tokenizer,
+                               cache_preset=args.cache_preset)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
+        seeds = range(args.seed_start, args.seed_start + args.episodes)
+        results[name] = [run_oracle_episode(env, seed, use_evolve=name == "oracle_evolve")
+                         for seed in progress(seeds, f"{args.family}/{name}")]
+    print(oracle_table(args.family, args.split, args.context_window, results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-compaction", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -167,6 +245,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
     p.set_defaults(func=cmd_examples)
 
+    envs = sub.add_parser("envs", help="task families: list, show, run the oracle")
+    esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
+    p = esub.add_parser("list", help="list the registered task families")
+    p.set_defaults(func=cmd_envs_list)
+    for action, func, helptext in (("show", cmd_envs_show, "print one task and its size in tokens"),
+                                   ("oracle", cmd_envs_oracle, "run the context-bound oracle with a strategy")):
+        p = esub.add_parser(action, help=helptext)
+        p.add_argument("family")
+        p.add_argument("--split", default="test", choices=("train", "validation", "test"))
+        p.add_argument("--scale", type=float, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
+        p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
+        p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+        p.set_defaults(func=func)
+        if action == "show":
+            p.add_argument("--seed", type=int, default=0)
+        else:
+            p.add_argument("--episodes", type=int, default=5)
+            p.add_argument("--seed-start", type=int, default=0)
+            p.add_argument("--strategy", default="none",
+                           help="none, oracle_evolve, sliding_window, clear_tool_outputs; comma-separated or all")
+            p.add_argument("--context-window", type=int, default=1_000_000)
+            p.add_argument("--cache-preset", default="vllm")
     return parser
 
 

@@ -1,0 +1,347 @@
+"""The context-bound codebase oracle and its targeted compaction.
+
+`analyse(state)` rebuilds everything the oracle knows from the State alone: the newest complete
+test log, the failing functions, where each is defined (search output), its newest changelog spec
+and the file lines read so far (read_file pages, with later edit_file calls replayed on them).
+`act` takes the first missing step; `evolve_code` keeps exactly the items that analysis uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_compaction.state import State, text_of
+from rl_compaction.tasks import Oracle
+
+_PAGE_LINES = re.compile(r"read_file shows (\d+) lines per page")
+_SUMMARY = re.compile(r"^== summary: (\d+) passed, (\d+) failed", re.M)
+_FAILED = re.compile(r"^== failed: (.*)$", re.M)
+_SEARCH_HEAD = re.compile(r'^(\d+) matches for "')
+_HIT = re.compile(r"^(\S+?):(\d+): (.*)$")
+_READ_HEAD = re.compile(r"^(\S+) \(page (\d+) of (\d+), lines (\d+)-(\d+) of (\d+)\)$")
+_NUMBERED = re.compile(r"^\s*(\d+) \| ?(.*)$")
+_DOC_SPEC = re.compile(r"^\s*\* spec: result = (.*)$")
+_CODE = re.compile(r"^\s*const result = (.*);\s*$")
+#: give up (submit the repo as it is) once the State shows this many test runs: compaction is
+#: destroying evidence faster than the oracle can use it.
+MAX_TEST_RUNS = 40
+
+
+@dataclass
+class Call:
+    """A function call found in the State, with its output text if that is still there."""
+
+    index: int  # position of the call item in the State
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    output: str | None  # None when the output item is gone
+
+
+@dataclass
+class Line:
+    """A file line as the State shows it (edits replayed) and the read_file call it came from."""
+
+    text: str
+    call_id: str
+
+
+@dataclass
+class Target:
+    """What the State says about one failing function."""
+
+    name: str
+    search_id: str | None = None
+    path: str | None = None
+    def_line: int | None = None
+    changelog_spec: str | None = None
+    needles: list[str] = field(default_factory=list)  # search lines worth keeping
+    lines: dict[int, Line] = field(default_factory=dict)  # lines from the spec line to the result line
+    missing: int | None = None  # the next needed line that is not in context
+    code_line: int | None = None
+    code: str | None = None
+    spec: str | None = None
+
+    @property
+    def handled(self) -> bool:
+        return self.code is not None and self.code == self.spec
+
+
+@dataclass
+class Analysis:
+    """Everything the oracle can establish from one State."""
+
+    statement: int | None
+    page_lines: int | None
+    log: Call | None  # the newest complete test log
+    failing: list[str] | None
+    stalled: bool  # the two newest logs fail the same tests with no edit between them
+    edited_since_log: bool  # an edit_file call came after the newest log: re-run before going on
+    targets: list[Target]
+    edits: list[Call]
+
+
+def calls_of(state: State) -> list[Call]:
+    outputs = {it["call_id"]: text_of(it["output"]) for it in state if it.get("type") == "function_call_output"}
+    found = []
+    for i, it in enumerate(state):
+        if it.get("type") != "function_call":
+            continue
+        try:
+            args = json.loads(it.get("arguments", ""))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(args, dict):
+            found.append(Call(i, it["call_id"], it.get("name", ""), args, outputs.get(it["call_id"])))
+    return found
+
+
+def parse_log(text: str | None) -> list[str] | None:
+    """Failing function names of a complete test log, in order; None if `text` is not one."""
+    if text is None or not _SUMMARY.search(text):
+        return None
+    m = _FAILED.search(text)
+    if m is None:
+        return None
+    if m.group(1).strip() == "none":
+        return []
+    names = [n.strip().rsplit(" #", 1)[0] for n in m.group(1).split(", ")]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _page_lines(state: State, calls: list[Call]) -> tuple[int | None, int | None]:
+    for i, it in enumerate(state):
+        if it.get("type", "message") == "message" and it.get("role") == "user":
+            m = _PAGE_LINES.search(text_of(it.get("content", "")))
+            if m:
+                return i, int(m.group(1))
+    for c in calls:
+        m = _READ_HEAD.match((c.output or "").split("\n", 1)[0]) if c.name == "read_file" else None
+        if m and int(m.group(2)) < int(m.group(3)):
+            return None, int(m.group(5)) - int(m.group(4)) + 1
+    return None, None
+
+
+def file_view(path: str, calls: list[Call]) -> dict[int, Line]:
+    """Lines of `path` as last shown by read_file, with later edit_file calls replayed on them."""
+    view: dict[int, Line] = {}
+    for c in calls:
+        if c.name == "read_file" and c.output and c.args.get("path") == path:
+            rows = c.output.split("\n")
+            m = _READ_HEAD.match(rows[0])
+            if not m or m.group(1) != path:
+                continue
+            for row in rows[1:]:
+                n = _NUMBERED.match(row)
+                if n:
+                    view[int(n.group(1))] = Line(n.group(2), c.call_id)
+        elif c.name == "edit_file" and c.args.get("path") == path:
+            line, old, new = c.args.get("line"), c.args.get("old"), c.args.get("new")
+            seen = view.get(line) if isinstance(line, int) else None
+            ok = c.output is None or not c.output.lstrip().lower().startswith(("{", "error"))
+            if seen and ok and isinstance(old, str) and isinstance(new, str) and old and seen.text.count(old) == 1:
+                seen.text = seen.text.replace(old, new)
+    return view
+
+
+def _changelog_spec(name: str, text: str) -> tuple[tuple[int, ...], str] | None:
+    m = re.search(r"\[v(\d+)\.(\d+)\.(\d+)\] " + re.escape(name) + r": spec changed to `result = (.*)`", text)
+    return ((int(m.group(1)), int(m.group(2)), int(m.group(3))), m.group(4)) if m else None
+
+
+def _locate(t: Target, calls: list[Call]) -> None:
+    """Fill in definition and changelog spec from the newest search for the function's name."""
+    for c in reversed(calls):
+        if c.name != "search" or c.args.get("pattern") != t.name or not c.output:
+            continue
+        rows = c.output.split("\n")
+        if not _SEARCH_HEAD.match(rows[0]):
+            continue
+        t.search_id = c.call_id
+        best: tuple[tuple[int, ...], str] | None = None
+        for row in rows[1:]:
+            hit = _HIT.match(row)
+            if not hit:
+                continue
+            path, line, text = hit.group(1), int(hit.group(2)), hit.group(3)
+            if path.startswith("src/") and text.startswith(f"function {t.name}("):
+                t.path, t.def_line = path, line
+            elif path == "CHANGELOG.md":
+                spec = _changelog_spec(t.name, text)
+                if spec and (best is None or spec[0] > best[0]):
+                    best = spec
+        t.changelog_spec = best[1] if best else None
+        t.needles = [f"function {t.name}(", f"] {t.name}: spec changed"]
+        return
+
+
+def _inspect(t: Target, calls: list[Call]) -> None:
+    """Read the function's spec and result line from the file view: up from the definition to the
+    doc comment's `spec:` line (unless CHANGELOG.md already gave the spec), down to `const result`."""
+    assert t.path is not None and t.def_line is not None
+    view = file_view(t.path, calls)
+    if t.def_line in view:
+        t.lines[t.def_line] = view[t.def_line]
+    n = t.def_line - 1
+    while t.changelog_spec is None and n >= 1:
+        if n not in view:
+            t.missing = n
+            return
+        t.lines[n] = view[n]
+        if m := _DOC_SPEC.match(view[n].text):
+            t.spec = m.group(1)
+        if t.spec is not None or view[n].text.lstrip().startswith("/**"):
+            break
+        n -= 1
+    n = t.def_line + 1
+    while t.code is None:
+        if n not in view:
+            t.missing = n
+            return
+        t.lines[n] = view[n]
+        if m := _CODE.match(view[n].text):
+            t.code_line, t.code = n, m.group(1)
+        elif view[n].text == "}":
+            break
+        n += 1
+    if t.changelog_spec is not None:
+        t.spec = t.changelog_spec
+
+
+def analyse(state: State) -> Analysis:
+    calls = calls_of(state)
+    statement, page_lines = _page_lines(state, calls)
+    logs = [c for c in calls if c.name == "run_tests" and parse_log(c.output) is not None]
+    edits = [c for c in calls if c.name == "edit_file"]
+    log = logs[-1] if logs else None
+    failing = parse_log(log.output) if log else None
+    stalled = False
+    if len(logs) >= 2:
+        prev = logs[-2]
+        between = any(prev.index < e.index < log.index for e in edits)  # type: ignore[union-attr]
+        stalled = not between and parse_log(prev.output) == failing
+    targets = []
+    for name in failing or []:
+        t = Target(name)
+        _locate(t, calls)
+        if t.path is not None:
+            _inspect(t, calls)
+        targets.append(t)
+    edited = log is not None and any(e.index > log.index for e in edits)
+    return Analysis(statement, page_lines, log, failing, stalled, edited, targets, edits)
+
+
+class CodebaseOracle(Oracle):
+    """Run tests, locate the first failing function, read it, align its result line with the newest
+    spec, re-run tests after each edit, submit when none fail. Keeps no facts between calls, only a
+    call counter."""
+
+    def __init__(self) -> None:
+        self._n = 0
+
+    def _call(self, state: State, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        used = {it.get("call_id") for it in state}
+        while True:
+            self._n += 1
+            cid = f"call_{self._n}"
+            if cid not in used:
+                break
+        return [{"type": "function_call", "call_id": cid, "name": name, "arguments": json.dumps(args)}]
+
+    def act(self, state: State) -> list[dict[str, Any]]:
+        a = analyse(state)
+        runs = sum(1 for it in state if it.get("type") == "function_call" and it.get("name") == "run_tests")
+        if runs >= MAX_TEST_RUNS:
+            return self._call(state, "submit", {"answer": "done"})
+        if a.failing is None or a.edited_since_log:
+            return self._call(state, "run_tests", {})
+        if not a.failing or a.stalled:
+            return self._call(state, "submit", {"answer": "done"})
+        for t in a.targets:
+            if t.search_id is None:
+                return self._call(state, "search", {"pattern": t.name})
+            if t.path is None:
+                continue  # not defined in src/: nothing this oracle can fix
+            if t.missing is not None:
+                page = (t.missing - 1) // a.page_lines + 1 if a.page_lines else 1
+                return self._call(state, "read_file", {"path": t.path, "page": page})
+            if t.code is None or t.spec is None or t.handled:
+                continue
+            return self._call(state, "edit_file", {"path": t.path, "line": t.code_line, "old": t.code, "new": t.spec})
+        return self._call(state, "run_tests", {})
+
+    def evolve_code(self, state: State) -> str:
+        """Keep the task statement, the newest test log cut to its failures and summary, the search
+        lines and file lines of each failing function, and the edits that still matter (after the
+        log, or on a kept line); drop everything else."""
+        a = analyse(state)
+        keep: dict[str, dict[str, Any]] = {}
+        if a.log is not None:
+            keep[a.log.call_id] = {"mode": "log"}
+        kept_lines = {(t.path, n) for t in a.targets for n in t.lines}
+        for e in a.edits:
+            if (a.log is not None and e.index > a.log.index) or (e.args.get("path"), e.args.get("line")) in kept_lines:
+                keep[e.call_id] = {"mode": "all"}
+        for t in a.targets:
+            if t.search_id is not None:
+                keep[t.search_id] = {"mode": "grep", "needles": t.needles}
+            for num, line in t.lines.items():
+                keep.setdefault(line.call_id, {"mode": "lines", "ranges": []})["ranges"].append(num)
+        for how in keep.values():
+            if how["mode"] == "lines":
+                how["ranges"] = _ranges(how["ranges"])
+        plan = {"messages": [a.statement] if a.statement is not None else [], "keep": keep}
+        return _EVOLVE_JS.replace("__PLAN__", json.dumps(plan, separators=(",", ":")))
+
+
+def _ranges(numbers: list[int]) -> list[list[int]]:
+    """Sorted line numbers as [[first, last], ...] runs of consecutive lines."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return runs
+
+
+_EVOLVE_JS = r"""const plan = __PLAN__;
+const textOf = (o) => (typeof o === "string" ? o : o.map((p) => (p.type === "input_text" ? p.text : "")).join("\n"));
+const shrink = (text, how) => {
+  const lines = text.split("\n");
+  if (how.mode === "all") return text;
+  if (how.mode === "grep") return lines.filter((l, i) => i === 0 || how.needles.some((n) => l.includes(n))).join("\n");
+  if (how.mode === "lines") {
+    return lines.filter((l, i) => {
+      if (i === 0) return true;
+      const m = /^\s*(\d+) \|/.exec(l);
+      return m !== null && how.ranges.some((r) => Number(m[1]) >= r[0] && Number(m[1]) <= r[1]);
+    }).join("\n");
+  }
+  const out = [];
+  let inFail = false;
+  for (const l of lines) {
+    if (l.startsWith("  FAIL  ")) inFail = true;
+    else if (!(inFail && l.startsWith("        "))) inFail = false;
+    if (inFail || l.startsWith("== ")) out.push(l);
+  }
+  return out.join("\n");
+};
+const last = state.length - 1;
+const out = [];
+state.forEach((item, i) => {
+  if (i === last && item.type === "function_call") out.push(item);
+  else if (plan.messages.includes(i)) out.push(item);
+  else if (typeof item.call_id === "string" && Object.prototype.hasOwnProperty.call(plan.keep, item.call_id)) {
+    if (item.type === "function_call") out.push(item);
+    else if (item.type === "function_call_output") {
+      const output = shrink(textOf(item.output), plan.keep[item.call_id]);
+      out.push({ type: "function_call_output", call_id: item.call_id, output: output });
+    }
+  }
+});
+return out;
+"""

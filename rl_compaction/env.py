@@ -1,0 +1,434 @@
+"""`CompactionEnv`: a Gymnasium environment around one Task, with an editable State.
+
+The env owns the working context (the State, which evolve may rewrite), the full history
+(append-only, never edited), the task tools plus `evolve` and `submit`, the context window
+and compaction threshold, the turn / token / time limits, and the accounting ledger.
+
+Observation: ``{"instructions": str, "tools": [tool definitions], "state": State}`` (the model
+input is exactly these three). Action: one model turn, either a list of Responses output items
+(an assistant message and/or function calls) or ``{"items": [...], "input_ids": [...],
+"output_ids": [...]}`` carrying the token ids the policy really used. Reward: the task score
+in [0, 1] when the episode ends (the training reward module adds cost terms).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from rl_compaction.accounting import Ledger, TokenCounter, get_counter, load_presets
+from rl_compaction.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
+from rl_compaction.sandbox import SandboxLimits
+from rl_compaction.state import State, StateError, validate_state
+from rl_compaction.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
+
+HARNESS_RULES = (
+    "Work step by step with the tools. When you are done, call `submit` with your final answer; "
+    "the episode ends there and only the answer is scored. Your context window is {window} tokens; "
+    "the harness may ask you to compact it."
+)
+DEFAULT_COMPACTION_REQUEST = (
+    "[harness] Your context holds {tokens} of {window} tokens. Compact it now with the evolve tool: keep "
+    "what you still need exactly and remove or shorten the rest."
+)
+DEFAULT_CONTINUE_NUDGE = "[harness] Continue the task with the tools, or call submit with your final answer."
+
+
+@dataclass
+class EnvConfig:
+    """Harness settings of one episode.
+
+    context_window: input tokens the model can take; an input over it ends the episode (truncated).
+    compaction_threshold: input tokens at which the harness asks for compaction (or runs its
+        strategy); default 75% of the window.
+    compaction_request: wording of the request ({tokens}, {window} are filled in); "" disables it.
+    request_role: role of the request message ("user" or "developer"), appended at the end.
+    rearm_tokens: after an edit, the harness asks again (or runs its strategy again) only once the
+        input has grown this much past its post-edit size (default a quarter of the gap between
+        threshold and window), so an edit that stays above the threshold is not re-requested
+        every turn.
+    max_turns / max_output_tokens / max_wall_s: episode limits (truncated when reached).
+    tokenizer: token counter name (see `rl_compaction.accounting.get_counter`).
+    cache_preset: cache model preset from configs/accounting.yaml.
+    success_threshold: a score at or above it counts as success.
+    """
+
+    context_window: int = 32_768
+    compaction_threshold: int | None = None
+    compaction_request: str = DEFAULT_COMPACTION_REQUEST
+    request_role: str = "user"
+    rearm_tokens: int | None = None
+    continue_nudge: str = DEFAULT_CONTINUE_NUDGE
+    max_turns: int = 400
+    max_output_tokens: int = 200_000
+    max_wall_s: float | None = None
+    tokenizer: str = "o200k_base"
+    cache_preset: str = "vllm"
+    success_threshold: float = 1.0
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ValueError("context_window must be > 0")
+        if self.compaction_threshold is None:
+            self.compaction_threshold = int(self.context_window * 0.75)
+        if not 0 < self.compaction_threshold <= self.context_window:
+            raise ValueError("compaction_threshold must be in (0, context_window]")
+        if self.rearm_tokens is None:
+            self.rearm_tokens = max(1, (self.context_window - self.compaction_threshold) // 4)
+        if self.request_role not in ("user", "developer"):
+            raise ValueError("request_role must be 'user' or 'developer'")
+        if self.max_turns <= 0 or self.max_output_tokens <= 0:
+            raise ValueError("max_turns and max_output_tokens must be > 0")
+
+
+#: A harness strategy: given the State (ending with a pending evolve call) returns evolve code.
+HarnessStrategy = Callable[[State, "CompactionEnv"], str]
+
+
+class JSONSpace(gym.Space):
+    """A space of JSON values checked by a predicate (Gymnasium has no space for structured text)."""
+
+    def __init__(self, check: Callable[[Any], None], example: Callable[[], Any], seed: int | None = None):
+        super().__init__(shape=None, dtype=None, seed=seed)
+        self._check, self._example = check, example
+
+    def contains(self, x: Any) -> bool:
+        try:
+            self._check(x)
+        except (StateError, ValueError, TypeError, KeyError):
+            return False
+        return True
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        return self._example()
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+
+def _check_observation(obs: Any) -> None:
+    if not isinstance(obs, dict) or set(obs) != {"instructions", "tools", "state"}:
+        raise ValueError("observation must be a dict with instructions, tools and state")
+    if not isinstance(obs["instructions"], str) or not isinstance(obs["tools"], list):
+        raise TypeError("bad instructions or tools")
+    validate_state(obs["state"])
+
+
+def _check_action(action: Any) -> None:
+    items = action.get("items") if isinstance(action, dict) else action
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise ValueError("an action is a list of output items or a dict with 'items'")
+
+
+class CompactionEnv(gym.Env):
+    """Gymnasium env: one Task per episode, the State as observation, model turns as actions."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        family: str | TaskFamily = "probe",
+        *,
+        split: str = "train",
+        difficulty: Difficulty | None = None,
+        config: EnvConfig | None = None,
+        strategy: HarnessStrategy | None = None,
+        counter: TokenCounter | None = None,
+        render_mode: str | None = None,
+    ):
+        self.family = get_family(family) if isinstance(family, str) else family
+        self.split = split
+        self.difficulty = difficulty or Difficulty()
+        self.config = config or EnvConfig()
+        self.strategy = strategy
+        self.counter = counter or get_counter(self.config.tokenizer)
+        presets = load_presets()
+        if self.config.cache_preset not in presets:
+            raise ValueError(f"unknown cache preset {self.config.cache_preset!r}; choose from {', '.join(presets)}")
+        self.cache_model = presets[self.config.cache_preset]
+        self.render_mode = render_mode
+        self.observation_space = JSONSpace(_check_observation, self._example_observation)
+        self.action_space = JSONSpace(_check_action, lambda: [{"role": "assistant", "content": "Thinking."}])
+        self.task: Task | None = None
+
+    # ------------------------------------------------------------------ gym API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        """Start an episode on task `seed` of the split (or `options["task_seed"]`)."""
+        super().reset(seed=seed)
+        options = options or {}
+        task_seed = options.get("task_seed", seed)
+        if task_seed is None:
+            task_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self.task_seed = int(task_seed)
+        self.task = self.family.make(self.task_seed, self.split, self.difficulty)
+        self.tools = [*self.task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
+        self.tool_names = {t["name"] for t in self.tools}
+        rules = HARNESS_RULES.format(window=self.config.context_window)
+        self.instructions = system_message(f"{self.task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
+        self.state: State = validate_state(self.task.initial_state())
+        self.history: State = list(self.state)
+        self.ledger = Ledger(self.cache_model)
+        self.turn = 0
+        self.output_tokens = 0
+        self.started = time.monotonic()
+        self.events: list[dict[str, Any]] = []
+        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(self.state)}]
+        self.answer: str | None = None
+        self.score = 0.0
+        self._requested = False
+        self._armed_at = self.config.compaction_threshold
+        self.compaction_requests = 0
+        self._call_counter = 0
+        self._input_ids = self._render()
+        return self._observation(), {"task_seed": self.task_seed, "family": self.family.name, "split": self.split,
+                                     "input_tokens": len(self._input_ids)}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        items, input_ids, output_ids = self._unpack(action)
+        self.turn += 1
+        prompt_ids = input_ids if input_ids is not None else self._input_ids
+        n_out = len(output_ids) if output_ids is not None else self._estimate_output_tokens(items)
+        self.output_tokens += n_out
+        terminated = self._apply_turn(items, n_out if output_ids is not None else None)
+        applied = self._last_evolve_applied
+        self.ledger.record(prompt_ids, n_out, evolve_call_tokens=self._last_evolve_tokens, evolve_applied=applied)
+
+        truncated_reason = None
+        if not terminated:
+            self._input_ids = self._render()
+            if applied:
+                self._rearm()
+            if len(self._input_ids) >= self._armed_at:
+                self._on_threshold()
+            if len(self._input_ids) > self.config.context_window:
+                truncated_reason = "context_window"
+            elif self.turn >= self.config.max_turns:
+                truncated_reason = "max_turns"
+            elif self.output_tokens >= self.config.max_output_tokens:
+                truncated_reason = "max_output_tokens"
+            elif self.config.max_wall_s is not None and time.monotonic() - self.started > self.config.max_wall_s:
+                truncated_reason = "max_wall_s"
+        truncated = truncated_reason is not None
+        reward = self.score if terminated else 0.0
+        info: dict[str, Any] = {"turn": self.turn, "input_tokens": len(self._input_ids) if not terminated else None}
+        if terminated or truncated:
+            info.update(self.summary(truncated_reason))
+        return self._observation(), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.task is None:
+            return None
+        return json.dumps(self.state, ensure_ascii=False, indent=1)
+
+    # ------------------------------------------------------------------ turn handling
+
+    def _unpack(self, action: Any) -> tuple[list[dict], list[int] | None, list[int] | None]:
+        if isinstance(action, dict) and "items" in action:
+            items, input_ids, output_ids = action["items"], action.get("input_ids"), action.get("output_ids")
+        else:
+            items, input_ids, output_ids = action, None, None
+        if not isinstance(items, list):
+            items = [items]
+        return items, input_ids, output_ids
+
+    def _append(self, *items: dict[str, Any]) -> None:
+        self.state = self.state + list(items)
+        self.history.extend(copy.deepcopy(list(items)))
+
+    def _fresh_call_id(self) -> str:
+        used = {x.get("call_id") for x in self.history}
+        while True:
+            self._call_counter += 1
+            cid = f"call_h{self._call_counter}"
+            if cid not in used:
+                return cid
+
+    def _apply_turn(self, items: list[Any], evolve_tokens: int | None) -> bool:
+        """Append the model's turn and the harness's answers. Returns True when submitted."""
+        self._last_evolve_tokens, self._last_evolve_applied = 0, None
+        calls, texts, problems = [], [], []
+        used = {x.get("call_id") for x in self.history}
+        for item in items:
+            if not isinstance(item, dict):
+                problems.append(f"ignored a non-object output item: {str(item)[:80]}")
+                continue
+            kind = item.get("type", "message" if "role" in item else None)
+            if kind == "message":
+                content = item.get("content")
+                text = content if isinstance(content, str) else _plain_text(content)
+                texts.append(text)
+                self._append({"type": "message", "role": "assistant", "content": text})
+            elif kind == "function_call":
+                call = {"type": "function_call", "call_id": item.get("call_id"), "name": item.get("name"),
+                        "arguments": item.get("arguments")}
+                error = None
+                if not isinstance(call["call_id"], str) or not call["call_id"] or call["call_id"] in used:
+                    call["call_id"] = self._fresh_call_id()
+                if not isinstance(call["name"], str) or not call["name"]:
+                    call["name"], error = "unknown", "the call has no tool name"
+                try:
+                    args = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else None
+                    if not isinstance(args, dict):
+                        raise ValueError("arguments must be a JSON object")
+                except (json.JSONDecodeError, ValueError) as e:
+                    error = error or f"arguments are not a JSON object ({getattr(e, 'msg', str(e))})"
+                    call["arguments"], args = "{}", None
+                used.add(call["call_id"])
+                calls.append((call, args, error))
+            else:
+                problems.append(f"ignored an output item of type {kind!r}")
+        if problems:
+            self.events.append({"turn": self.turn, "event": "malformed_action", "detail": problems})
+
+        evolve_alone = len(calls) == 1 and not texts
+        for i, (call, args, error) in enumerate(calls):
+            name = call["name"]
+            if error is None and name not in self.tool_names:
+                error = f"unknown tool {name!r}; available: {', '.join(sorted(self.tool_names))}"
+            if error is None and name == EVOLVE and not evolve_alone:
+                error = "evolve must be the only call in its turn, with no message beside it; nothing was changed"
+            if error is None and name == "submit" and not isinstance(args.get("answer"), str):
+                error = "submit takes one argument: answer, a string"
+            if error is not None:
+                self._append(call, _output(call, {"error": error}))
+                self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": error})
+            elif name == EVOLVE:
+                self._evolve(call, evolve_tokens if evolve_tokens is not None else self.counter.call_tokens(call))
+            elif name == "submit":
+                self._append(call, _output(call, "Answer submitted."))
+                self.answer = args["answer"]
+                self.score = float(self.task.score(self.answer))
+                # Calls after submit in the same turn are answered so the State stays valid.
+                for later, _, _ in calls[i + 1 :]:
+                    self._append(later, _output(later, {"error": "not run: the episode ended with submit"}))
+                return True
+            else:
+                try:
+                    out = self.task.call_tool(name, args)
+                except ToolError as e:
+                    out = json.dumps({"error": str(e)})
+                    self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": str(e)})
+                self._append(call, _output(call, out))
+        if not calls:
+            reply = self.task.user_reply(texts[-1] if texts else "")
+            nudge = reply if reply is not None else self.config.continue_nudge
+            self._append({"type": "message", "role": "user", "content": nudge})
+        return False
+
+    def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
+        """Run one evolve call through the protocol; the receipt lands in State and history."""
+        outcome = apply_evolve(self.state + [call], counter=self.counter, instructions=self.instructions,
+                               tools=self.tools, limits=self.config.sandbox,
+                               output_weight=self.cache_model.output_weight, evolve_call_tokens=evolve_tokens)
+        self.history.extend(copy.deepcopy([call, outcome.state[-1]]))
+        self.state = outcome.state
+        if by_harness:
+            self.ledger.record_harness_edit(outcome.applied)
+        else:
+            self._last_evolve_tokens += evolve_tokens
+            self._last_evolve_applied = outcome.applied
+        self._requested = False if outcome.applied else self._requested
+        self.events.append({"turn": self.turn, "event": "evolve", **outcome.receipt})
+        if outcome.applied:
+            self.state_versions.append({"turn": self.turn, "reason": "evolve", "code": json.loads(call["arguments"])
+                                        ["code"], "state": copy.deepcopy(self.state)})
+
+    def _on_threshold(self) -> None:
+        """At the threshold: run the harness strategy if there is one, else ask the model (once)."""
+        tokens = len(self._input_ids)
+        if self.strategy is not None:
+            call = {"type": "function_call", "call_id": self._fresh_call_id(), "name": EVOLVE, "arguments": "{}"}
+            code = self.strategy(self.state + [call], self)
+            call["arguments"] = json.dumps({"code": code}, ensure_ascii=False)
+            self._evolve(call, 0, by_harness=True)
+            self.events.append({"turn": self.turn, "event": "harness_compaction", "input_tokens": tokens})
+            self._input_ids = self._render()
+            self._rearm()
+            return
+        if self._requested or not self.config.compaction_request:
+            return
+        text = self.config.compaction_request.format(tokens=tokens, window=self.config.context_window)
+        self._append({"type": "message", "role": self.config.request_role, "content": text})
+        self._requested = True
+        self.compaction_requests += 1
+        self.events.append({"turn": self.turn, "event": "compaction_request", "input_tokens": tokens})
+        self._input_ids = self._render()
+
+    # ------------------------------------------------------------------ accounting and reports
+
+    def _rearm(self) -> None:
+        """After an edit: fire again only once the input has grown `rearm_tokens` past its new size."""
+        self._armed_at = max(self.config.compaction_threshold, len(self._input_ids) + self.config.rearm_tokens)
+
+    @property
+    def pending_compaction_request(self) -> int:
+        """The number of the compaction request the model has not yet answered with an applied edit, or 0."""
+        return self.compaction_requests if self._requested else 0
+
+    def _render(self) -> list[int]:
+        return self.counter.input_ids(self.instructions, self.tools, self.state)
+
+    def _estimate_output_tokens(self, items: list[Any]) -> int:
+        n = 0
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                n += self.counter.call_tokens(item)
+            elif isinstance(item, dict):
+                content = item.get("content")
+                n += self.counter.text_tokens(content if isinstance(content, str) else _plain_text(content))
+        return n
+
+    def _observation(self) -> dict[str, Any]:
+        return {"instructions": self.instructions, "tools": self.tools, "state": copy.deepcopy(self.state)}
+
+    def _example_observation(self) -> dict[str, Any]:
+        return {"instructions": "", "tools": [], "state": [{"type": "message", "role": "user", "content": "hi"}]}
+
+    def summary(self, truncated_reason: str | None = None) -> dict[str, Any]:
+        """End-of-episode info: score, success, the ledger (rows and totals) and harness events."""
+        return {
+            "score": self.score,
+            "success": self.answer is not None and self.score >= self.config.success_threshold,
+            "answer": self.answer,
+            "truncated_reason": truncated_reason,
+            "turns": self.turn,
+            "ledger": self.ledger.totals(),
+            "ledger_rows": [row.to_dict() for row in self.ledger.rows],
+            "events": self.events,
+            "task_seed": self.task_seed,
+            "config": {k: v for k, v in asdict(self.config).items() if k != "sandbox"},
+        }
+
+
+def _output(call: dict[str, Any], payload: Any) -> dict[str, Any]:
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return {"type": "function_call_output", "call_id": call["call_id"], "output": text}
+
+
+def _plain_text(content: Any) -> str:
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    return "\n".join(str(p.get("text") or p.get("refusal") or "") for p in content if isinstance(p, dict))
+
+
+def register_envs() -> None:
+    """Register every task family as ``rl_compaction/<family>-v0`` with Gymnasium."""
+    for name in family_names():
+        env_id = f"rl_compaction/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point="rl_compaction.env:CompactionEnv", kwargs={"family": name},
+                         disable_env_checker=True)
+
+
+register_envs()

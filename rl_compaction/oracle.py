@@ -1,0 +1,60 @@
+"""Run a task's context-bound oracle in `CompactionEnv`, alone or with a compaction strategy.
+
+This needs no model: the oracle decides from its State only, so the strategies' effect on
+success and cost is measured honestly, and its episodes are demonstrations.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rl_compaction.env import CompactionEnv, EnvConfig
+from rl_compaction.evolve import EVOLVE
+from rl_compaction.strategies import HARNESS_STRATEGIES
+from rl_compaction.tasks import Difficulty, Oracle
+
+#: "none": no compaction; "oracle_evolve": the oracle answers compaction requests with its own
+#: targeted evolve code; the others are harness strategies run at the threshold.
+ORACLE_STRATEGIES = ("none", "oracle_evolve", *HARNESS_STRATEGIES)
+
+
+class OraclePolicy:
+    """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
+    evolve call carrying the oracle's targeted code; otherwise requests are ignored."""
+
+    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False):
+        self.oracle, self.env, self.use_evolve = oracle, env, use_evolve
+        self._answered = 0
+
+    def act(self, observation: dict[str, Any]) -> list[dict[str, Any]]:
+        state = observation["state"]
+        request = self.env.pending_compaction_request
+        if self.use_evolve and request and request != self._answered:
+            self._answered = request  # answer each request once, even if the edit fails
+            code = self.oracle.evolve_code(state)
+            if code is not None:
+                return [{"type": "function_call", "call_id": f"oracle_evolve_{request}", "name": EVOLVE,
+                         "arguments": json.dumps({"code": code}, ensure_ascii=False)}]
+        return self.oracle.act(state)
+
+
+def make_env(family: str, *, split: str = "test", strategy: str = "none", config: EnvConfig | None = None,
+             difficulty: Difficulty | None = None) -> CompactionEnv:
+    if strategy not in ORACLE_STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(ORACLE_STRATEGIES)}")
+    harness = HARNESS_STRATEGIES[strategy]() if strategy in HARNESS_STRATEGIES else None
+    config = config or EnvConfig()
+    if strategy == "none":
+        config.compaction_request = ""
+    return CompactionEnv(family, split=split, difficulty=difficulty, config=config, strategy=harness)
+
+
+def run_oracle_episode(env: CompactionEnv, seed: int, *, use_evolve: bool = False) -> dict[str, Any]:
+    """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
+    obs, _ = env.reset(seed=seed)
+    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve)
+    while True:
+        obs, _, terminated, truncated, info = env.step(policy.act(obs))
+        if terminated or truncated:
+            return info

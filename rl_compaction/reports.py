@@ -1,0 +1,71 @@
+"""Progress bars and result tables shared by the commands that run many episodes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from statistics import mean
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
+
+
+def progress(items: Iterable[T], desc: str) -> Iterator[T]:
+    """A tqdm bar on stderr (stdout stays clean for tables and JSON)."""
+    return iter(tqdm(items, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True))
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a success rate (sensible at 0% and 100% too)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate end-of-episode infos (`CompactionEnv.summary`) into one row of figures."""
+    n = len(infos)
+    wins = sum(bool(i["success"]) for i in infos)
+    lo, hi = wilson_interval(wins, n)
+    ledgers = [i["ledger"] for i in infos]
+    return {
+        "strategy": name,
+        "episodes": n,
+        "success": wins / n if n else 0.0,
+        "success_ci95": [lo, hi],
+        "mean_score": mean(i["score"] for i in infos) if n else 0.0,
+        "mean_cost": mean(x["cost"] for x in ledgers) if n else 0.0,
+        "cached_share": mean(x["cached_share"] for x in ledgers) if n else 0.0,
+        "peak_context": mean(x["peak_context_tokens"] for x in ledgers) if n else 0.0,
+        "compactions": mean(x["compactions"] for x in ledgers) if n else 0.0,
+        "evolve_failures": mean(x["evolve_failures"] for x in ledgers) if n else 0.0,
+        "truncated": sum(i["truncated_reason"] is not None for i in infos),
+    }
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    header = ["strategy", "success (95% CI)", "score", "cost (in-tok eq)", "cached", "peak ctx", "compactions",
+              "evolve fail", "truncated"]
+    table = [header]
+    for r in rows:
+        lo, hi = r["success_ci95"]
+        table.append([r["strategy"], f"{r['success']:.0%} [{lo:.0%}, {hi:.0%}]", f"{r['mean_score']:.3f}",
+                      f"{r['mean_cost']:,.0f}", f"{r['cached_share']:.0%}", f"{r['peak_context']:,.0f}",
+                      f"{r['compactions']:.1f}", f"{r['evolve_failures']:.1f}", f"{r['truncated']}/{r['episodes']}"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def oracle_table(family: str, split: str, window: int, results: dict[str, list[dict[str, Any]]]) -> str:
+    rows = [episode_row(name, infos) for name, infos in results.items()]
+    return f"oracle on {family} ({split} split), context window {window:,} tokens\n" + format_rows(rows)

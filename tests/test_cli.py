@@ -1,0 +1,140 @@
+"""The command line, called as a user would: output JSON, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_compaction.example_runner import example_dirs
+
+STATE = [
+    {"type": "message", "role": "user", "content": "Find the founding year ’ 😀."},
+    {"type": "function_call", "call_id": "s1", "name": "search", "arguments": "{\"q\": \"founding\"}"},
+    {"type": "function_call_output", "call_id": "s1", "output": "1931 " + "noise " * 100},
+]
+PENDING = {"type": "function_call", "call_id": "ev9", "name": "evolve", "arguments": "{\"code\": \"\"}"}
+DROP = "return state.filter(x => x.call_id !== 's1');"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rl_compaction.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    paths = {
+        "state": tmp_path / "state.json",
+        "pending": tmp_path / "pending.json",
+        "drop": tmp_path / "drop.js",
+        "bad_js": tmp_path / "bad.js",
+        "invalid": tmp_path / "invalid.json",
+        "broken": tmp_path / "broken.json",
+    }
+    paths["state"].write_text(json.dumps(STATE, ensure_ascii=False), encoding="utf-8")
+    paths["pending"].write_text(json.dumps(STATE + [PENDING]), encoding="utf-8")
+    paths["drop"].write_text(DROP, encoding="utf-8")
+    paths["bad_js"].write_text("return [{role: 'user'}];", encoding="utf-8")
+    paths["invalid"].write_text(json.dumps([{"type": "function_call_output", "call_id": "x", "output": ""}]))
+    paths["broken"].write_text("[{", encoding="utf-8")
+    return paths
+
+
+def test_evolve_applied_prints_state_and_metrics(files, tmp_path):
+    out = tmp_path / "out.json"
+    r = cli("evolve", str(files["state"]), str(files["drop"]), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["applied"] is True
+    assert result["state"] == [STATE[0]]
+    assert {"before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost"} <= set(result)
+    assert result["cache_cost"] == result["after_tokens"] - result["reusable_prefix_tokens"]
+    assert json.loads(out.read_text(encoding="utf-8")) == [STATE[0]]
+    assert json.loads(files["state"].read_text(encoding="utf-8")) == STATE  # input file untouched
+
+
+def test_evolve_with_pending_call_adds_receipt(files):
+    r = cli("evolve", str(files["pending"]), str(files["drop"]), "--pending-call-id", "ev9")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["state"][-2]["call_id"] == "ev9" and json.loads(result["state"][-2]["arguments"])["code"] == DROP
+    receipt = json.loads(result["state"][-1]["output"])
+    assert receipt["applied"] is True and receipt["cache_cost"] == result["cache_cost"]
+
+
+def test_evolve_rejected_exits_1_and_writes_nothing(files, tmp_path):
+    out = tmp_path / "never.json"
+    r = cli("evolve", str(files["state"]), str(files["bad_js"]), "--out", str(out))
+    assert r.returncode == 1
+    result = json.loads(r.stdout)
+    assert result == {"applied": False, "error": result["error"]} and "content" in result["error"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["evolve", "missing.json", "x.js"], "State file not found: missing.json"),
+        (["evolve", "{invalid}", "{drop}"], "invalid State in"),
+        (["evolve", "{broken}", "{drop}"], "not valid JSON"),
+        (["evolve", "{state}", "nope.js"], "code file not found"),
+        (["evolve", "{state}", "{drop}", "--tokenizer", "gpt-9"], "unknown token counter"),
+        (["evolve", "{state}", "{drop}", "--pending-call-id", "zz"], "must end with the evolve call 'zz'"),
+        (["cost", "{state}", "{broken}"], "not valid JSON"),
+        (["cost", "{state}", "{state}", "--output-weight", "-1"], "--output-weight must be >= 0"),
+        (["envs", "show", "nope"], "unknown task family 'nope'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(files, args, words):
+    r = cli(*[a.format(**{k: str(v) for k, v in files.items()}) for a in args])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert words in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_bad_usage_exits_2():
+    r = cli("evolve")
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def test_cost_reports_the_accounting(files, tmp_path):
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps(STATE[:1]), encoding="utf-8")
+    r = cli("cost", str(files["state"]), str(after), "--output-weight", "4", "--evolve-call-tokens", "10")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)
+    assert m["tokenizer"] == "o200k_base" and m["output_weight"] == 4.0
+    assert m["compaction_cost"] == 40 + m["cache_cost"]
+    assert m["cache_cost"] == m["after_tokens"] - m["reusable_prefix_tokens"]
+    r2 = cli("cost", str(files["state"]), str(after), "--tokenizer", "cl100k_base")
+    assert json.loads(r2.stdout)["before_tokens"] != m["before_tokens"]
+
+
+def test_examples_command_passes_all_four():
+    r = cli("examples")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for d in example_dirs():
+        assert any(line.startswith(d.name) and "PASS" in line for line in r.stdout.splitlines())
+    assert "4/4 examples passed" in r.stdout
+
+
+def test_envs_list_and_show():
+    r = cli("envs", "list")
+    assert r.returncode == 0
+    names = {line.split()[0] for line in r.stdout.splitlines() if line.strip()}
+    assert {"probe", "ledger", "dialogue"} <= names
+    r = cli("envs", "show", "probe", "--seed", "1", "--scale", "0.06")
+    assert r.returncode == 0, r.stderr
+    assert "Tracked keys" in r.stdout and "oracle score (no compaction):  1.000" in r.stdout
+
+
+def test_envs_oracle_table():
+    r = cli("envs", "oracle", "probe", "--episodes", "2", "--scale", "0.06", "--strategy", "none,oracle_evolve")
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[3:]}
+    assert rows.keys() == {"none", "oracle_evolve"}
+    assert "100% [" in rows["none"]

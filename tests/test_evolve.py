@@ -1,0 +1,180 @@
+"""The evolve protocol boundary: receipts, the pending call, failure isolation, the examples."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_compaction.accounting import get_counter
+from rl_compaction.evolve import (
+    EVOLVE_TOOL,
+    ProtocolError,
+    apply_evolve,
+    evolve_code_of,
+    system_message,
+    system_suffix,
+)
+from rl_compaction.example_runner import EXAMPLES_DIR, example_dirs, run_example
+from rl_compaction.sandbox import SandboxLimits
+from rl_compaction.state import StateError, load_state, typescript_declarations, validate_state
+
+RECEIPT_KEYS = {"applied", "before_tokens", "after_tokens", "reusable_prefix_tokens", "evolve_call_tokens",
+                "cache_cost", "compaction_cost"}
+
+
+def evolve_call(code: str, cid: str = "ev1") -> dict:
+    return {"type": "function_call", "call_id": cid, "name": "evolve", "arguments": json.dumps({"code": code})}
+
+
+BASE = [
+    {"type": "message", "role": "user", "content": "Summarise the three reports. Keep the figures exact."},
+    {"type": "function_call", "call_id": "r1", "name": "read", "arguments": "{\"id\": 1}"},
+    {"type": "function_call_output", "call_id": "r1", "output": "Report 1: revenue 1,204.50 € ’ " + "filler " * 200},
+    {"type": "message", "role": "assistant", "content": "Report 1 read; revenue 1,204.50 €."},
+]
+
+DROP_REPORT = """
+const i = state.findIndex(x => x.type === "function_call" && x.name === "read");
+const id = state[i].call_id;
+return state.filter(x => x.call_id !== id);
+"""
+
+
+def receipt_of(state: list[dict]) -> dict:
+    return json.loads(state[-1]["output"])
+
+
+def test_success_replaces_state_and_appends_one_receipt():
+    state = BASE + [evolve_call(DROP_REPORT)]
+    pristine = copy.deepcopy(state)
+    outcome = apply_evolve(state)
+    assert state == pristine
+    assert outcome.applied
+    assert outcome.state[:-1] == [BASE[0], BASE[3], state[-1]]
+    receipt = receipt_of(outcome.state)
+    assert set(receipt) == RECEIPT_KEYS and receipt == outcome.receipt
+    assert outcome.state[-1]["call_id"] == "ev1" and outcome.state[-1]["type"] == "function_call_output"
+    assert receipt["after_tokens"] < receipt["before_tokens"]
+    assert receipt["cache_cost"] == receipt["after_tokens"] - receipt["reusable_prefix_tokens"]
+    assert receipt["compaction_cost"] == receipt["evolve_call_tokens"] * 1.0 + receipt["cache_cost"]
+    validate_state(outcome.state)
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("return state.slice(0, -1);", "pending evolve call was removed"),
+        ("state[state.length - 1].arguments = '{\"code\": \"x\"}'; return state;", "must stay unchanged"),
+        ("const p = state.pop(); state.unshift(p); return state;", "must stay unchanged as the last item"),
+        ("return state.filter(x => x.type !== 'function_call_output');", "invalid State: item 1"),
+        ("state.splice(1, 0, {type: 'message', role: 'robot', content: 'x'}); return state;", "field 'role'"),
+        ("while (true) {}", "time limit"),
+        ("throw new Error('not found');", "Error: not found"),
+        ("return state +;", "SyntaxError"),
+    ],
+)
+def test_any_failure_keeps_the_previous_state_exactly(code, words):
+    state = BASE + [evolve_call(code)]
+    outcome = apply_evolve(state, limits=SandboxLimits(time_s=0.05))
+    assert not outcome.applied
+    assert outcome.state[:-1] == state
+    receipt = receipt_of(outcome.state)
+    assert receipt["applied"] is False and words in receipt["error"]
+    assert set(receipt) == {"applied", "error"}
+
+
+@pytest.mark.parametrize("arguments", ['{"code": 5}', '{"code": "", "extra": 1}', '{}'])
+def test_arguments_must_be_exactly_code(arguments):
+    state = BASE + [{"type": "function_call", "call_id": "ev1", "name": "evolve", "arguments": arguments}]
+    outcome = apply_evolve(state)
+    assert not outcome.applied and "exactly" in outcome.receipt["error"]
+
+
+def test_harness_misuse_raises():
+    with pytest.raises(ProtocolError):
+        apply_evolve(BASE)
+    with pytest.raises(StateError):
+        apply_evolve([BASE[1], evolve_call("return state;")])  # unanswered non-pending call
+
+
+def test_earlier_evolve_round_trips_can_be_removed_later():
+    first = apply_evolve(BASE + [evolve_call("return state;", "ev1")]).state
+    assert first[-2]["name"] == "evolve"
+    code = "return state.filter(x => x.call_id !== 'ev1');"
+    second = apply_evolve(first + [evolve_call(code, "ev2")])
+    assert second.applied
+    assert not any(x.get("call_id") == "ev1" for x in second.state)
+    # Removing only the old receipt leaves its call unanswered: rejected.
+    half = "return state.filter(x => !(x.call_id === 'ev1' && x.type === 'function_call_output'));"
+    rejected = apply_evolve(first + [evolve_call(half, "ev3")])
+    assert not rejected.applied and "'ev1' has no function_call_output" in rejected.receipt["error"]
+
+
+def test_receipt_uses_given_evolve_tokens_and_output_weight():
+    outcome = apply_evolve(BASE + [evolve_call(DROP_REPORT)], evolve_call_tokens=100, output_weight=4.0)
+    r = outcome.receipt
+    assert r["evolve_call_tokens"] == 100
+    assert r["compaction_cost"] == 400 + r["cache_cost"]
+
+
+def test_append_only_edit_keeps_the_whole_prefix():
+    code = "state.splice(state.length - 1, 0, {type: 'message', role: 'assistant', content: 'note'}); return state;"
+    r = apply_evolve(BASE + [evolve_call(code)]).receipt
+    assert r["after_tokens"] > r["before_tokens"]
+    # Only the generation prompt at the very end of the old input differs.
+    assert r["before_tokens"] - r["reusable_prefix_tokens"] <= 5
+    early = "state[0].content = 'Summarise.'; return state;"
+    e = apply_evolve(BASE + [evolve_call(early)]).receipt
+    assert e["reusable_prefix_tokens"] < r["reusable_prefix_tokens"] and e["cache_cost"] > r["cache_cost"]
+
+
+def test_tool_definition_and_system_suffix():
+    assert EVOLVE_TOOL["name"] == "evolve"
+    assert EVOLVE_TOOL["parameters"]["properties"].keys() == {"code"}
+    assert EVOLVE_TOOL["parameters"]["required"] == ["code"]
+    assert EVOLVE_TOOL["parameters"]["additionalProperties"] is False
+    suffix = system_suffix()
+    assert typescript_declarations() in suffix  # one source for validator and model view
+    assert "250 ms" in suffix and "16 MiB" in suffix
+    assert system_message("Solve the task.").startswith("Solve the task.\n\n")
+    assert evolve_code_of(evolve_call("return state;")) == "return state;"
+
+
+def test_unicode_survives_protocol_exactly():
+    state = BASE + [evolve_call("state[0].content += ' ✓ 😀 \\u2019'; return state;")]
+    outcome = apply_evolve(state)
+    assert outcome.state[0]["content"] == BASE[0]["content"] + " ✓ 😀 ’"
+    assert outcome.state[2]["output"] == BASE[2]["output"]
+
+
+# -- the four worked examples ------------------------------------------------------------------
+
+
+def test_there_are_four_examples_each_complete():
+    dirs = example_dirs()
+    assert [d.name[:2] for d in dirs] == ["01", "02", "03", "04"]
+    readme = (EXAMPLES_DIR / "README.md").read_text(encoding="utf-8")
+    for d in dirs:
+        assert {p.name for p in d.iterdir()} >= {"before.json", "evolve.js", "after.json"}
+        assert d.name in readme
+
+
+@pytest.mark.parametrize("path", example_dirs(), ids=lambda p: p.name)
+def test_example_reproduces_after_json(path: Path):
+    result = run_example(path, get_counter("o200k_base"))
+    assert result.passed, result.detail
+    assert result.metrics["after_tokens"] < result.metrics["before_tokens"]
+
+
+def test_example_runner_detects_a_wrong_result(tmp_path: Path):
+    src = example_dirs()[3]
+    for name in ("before.json", "evolve.js"):
+        (tmp_path / name).write_text((src / name).read_text(encoding="utf-8"), encoding="utf-8")
+    after = load_state((src / "after.json").read_text(encoding="utf-8"))
+    after[0]["content"] = "tampered"
+    (tmp_path / "after.json").write_text(json.dumps(after), encoding="utf-8")
+    result = run_example(tmp_path, get_counter("o200k_base"))
+    assert not result.passed and "differs from after.json" in result.detail
