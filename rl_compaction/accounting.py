@@ -676,8 +676,7 @@ class Ledger:
             "cost": sum(r.cost for r in rows),
             "peak_context_tokens": max((r.input_tokens for r in rows), default=0),
             "compactions": sum(r.evolve_applied is True for r in rows) + sum(self._harness_edits),
-            "evolve_failures": sum(r.evolve_applied is False for r in rows)
-            + sum(not a for a in self._harness_edits),
+            "evolve_failures": sum(r.evolve_applied is False for r in rows) + sum(not a for a in self._harness_edits),
             "harness_compactions": sum(self._harness_edits),
             "evolve_tokens": sum(r.evolve_call_tokens for r in rows),
             "cached_share": total_cached / total_input if total_input else 0.0,

@@ -162,8 +162,12 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     from rl_compaction.state import text_of
 
     _family(args.family)
-    env = make_env(args.family, split=args.split, config=EnvConfig(context_window=10**9, tokenizer=args.tokenizer),
-                   difficulty=_difficulty(args))
+    env = make_env(
+        args.family,
+        split=args.split,
+        config=EnvConfig(context_window=10**9, tokenizer=args.tokenizer),
+        difficulty=_difficulty(args),
+    )
     obs, info = env.reset(seed=args.seed)
     print(f"# {args.family} / {args.split} / seed {args.seed}\n")
     print(obs["instructions"].split("\n\n# Your working context")[0])
@@ -171,8 +175,9 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     for item in obs["state"]:
         print(f"\n## {item.get('role', item['type'])}\n{text_of(item.get('content', ''))}")
     end = run_oracle_episode(env, args.seed)
-    tool_tokens = sum(env.counter.text_tokens(text_of(x["output"])) for x in env.history
-                      if x["type"] == "function_call_output")
+    tool_tokens = sum(
+        env.counter.text_tokens(text_of(x["output"])) for x in env.history if x["type"] == "function_call_output"
+    )
     print(f"\n## Size (tokenizer {env.counter.name})")
     print(f"initial input tokens:          {info['input_tokens']}")
     print(f"oracle episode tool output:    {tool_tokens} tokens in {end['turns']} turns")
@@ -196,14 +201,17 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
     results: dict[str, list[dict]] = {}
     for name in strategies:
         try:
-            config = EnvConfig(context_window=args.context_window, tokenizer=args.tokenizer,
-                               cache_preset=args.cache_preset)
+            config = EnvConfig(
+                context_window=args.context_window, tokenizer=args.tokenizer, cache_preset=args.cache_preset
+            )
         except ValueError as e:
             raise UsageError(str(e)) from None
         env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
         seeds = range(args.seed_start, args.seed_start + args.episodes)
-        results[name] = [run_oracle_episode(env, seed, use_evolve=name == "oracle_evolve")
-                         for seed in progress(seeds, f"{args.family}/{name}")]
+        results[name] = [
+            run_oracle_episode(env, seed, use_evolve=name == "oracle_evolve")
+            for seed in progress(seeds, f"{args.family}/{name}")
+        ]
     print(oracle_table(args.family, args.split, args.context_window, results))
     return 0
 
@@ -249,8 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
     p = esub.add_parser("list", help="list the registered task families")
     p.set_defaults(func=cmd_envs_list)
-    for action, func, helptext in (("show", cmd_envs_show, "print one task and its size in tokens"),
-                                   ("oracle", cmd_envs_oracle, "run the context-bound oracle with a strategy")):
+    for action, func, helptext in (
+        ("show", cmd_envs_show, "print one task and its size in tokens"),
+        ("oracle", cmd_envs_oracle, "run the context-bound oracle with a strategy"),
+    ):
         p = esub.add_parser(action, help=helptext)
         p.add_argument("family")
         p.add_argument("--split", default="test", choices=("train", "validation", "test"))
@@ -263,8 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--episodes", type=int, default=5)
             p.add_argument("--seed-start", type=int, default=0)
-            p.add_argument("--strategy", default="none",
-                           help="none, oracle_evolve, sliding_window, clear_tool_outputs; comma-separated or all")
+            p.add_argument(
+                "--strategy",
+                default="none",
+                help="none, oracle_evolve, sliding_window, clear_tool_outputs; comma-separated or all",
+            )
             p.add_argument("--context-window", type=int, default=1_000_000)
             p.add_argument("--cache-preset", default="vllm")
     return parser

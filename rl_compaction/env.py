@@ -189,8 +189,12 @@ class CompactionEnv(gym.Env):
         self.compaction_requests = 0
         self._call_counter = 0
         self._input_ids = self._render()
-        return self._observation(), {"task_seed": self.task_seed, "family": self.family.name, "split": self.split,
-                                     "input_tokens": len(self._input_ids)}
+        return self._observation(), {
+            "task_seed": self.task_seed,
+            "family": self.family.name,
+            "split": self.split,
+            "input_tokens": len(self._input_ids),
+        }
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         if self.task is None:
@@ -270,8 +274,12 @@ class CompactionEnv(gym.Env):
                 texts.append(text)
                 self._append({"type": "message", "role": "assistant", "content": text})
             elif kind == "function_call":
-                call = {"type": "function_call", "call_id": item.get("call_id"), "name": item.get("name"),
-                        "arguments": item.get("arguments")}
+                call = {
+                    "type": "function_call",
+                    "call_id": item.get("call_id"),
+                    "name": item.get("name"),
+                    "arguments": item.get("arguments"),
+                }
                 error = None
                 if not isinstance(call["call_id"], str) or not call["call_id"] or call["call_id"] in used:
                     call["call_id"] = self._fresh_call_id()
@@ -328,9 +336,15 @@ class CompactionEnv(gym.Env):
 
     def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
         """Run one evolve call through the protocol; the receipt lands in State and history."""
-        outcome = apply_evolve(self.state + [call], counter=self.counter, instructions=self.instructions,
-                               tools=self.tools, limits=self.config.sandbox,
-                               output_weight=self.cache_model.output_weight, evolve_call_tokens=evolve_tokens)
+        outcome = apply_evolve(
+            self.state + [call],
+            counter=self.counter,
+            instructions=self.instructions,
+            tools=self.tools,
+            limits=self.config.sandbox,
+            output_weight=self.cache_model.output_weight,
+            evolve_call_tokens=evolve_tokens,
+        )
         self.history.extend(copy.deepcopy([call, outcome.state[-1]]))
         self.state = outcome.state
         if by_harness:
@@ -341,8 +355,14 @@ class CompactionEnv(gym.Env):
         self._requested = False if outcome.applied else self._requested
         self.events.append({"turn": self.turn, "event": "evolve", **outcome.receipt})
         if outcome.applied:
-            self.state_versions.append({"turn": self.turn, "reason": "evolve", "code": json.loads(call["arguments"])
-                                        ["code"], "state": copy.deepcopy(self.state)})
+            self.state_versions.append(
+                {
+                    "turn": self.turn,
+                    "reason": "evolve",
+                    "code": json.loads(call["arguments"])["code"],
+                    "state": copy.deepcopy(self.state),
+                }
+            )
 
     def _on_threshold(self) -> None:
         """At the threshold: run the harness strategy if there is one, else ask the model (once)."""
@@ -427,8 +447,9 @@ def register_envs() -> None:
     for name in family_names():
         env_id = f"rl_compaction/{name}-v0"
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point="rl_compaction.env:CompactionEnv", kwargs={"family": name},
-                         disable_env_checker=True)
+            gym.register(
+                env_id, entry_point="rl_compaction.env:CompactionEnv", kwargs={"family": name}, disable_env_checker=True
+            )
 
 
 register_envs()

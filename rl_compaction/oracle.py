@@ -34,13 +34,25 @@ class OraclePolicy:
             self._answered = request  # answer each request once, even if the edit fails
             code = self.oracle.evolve_code(state)
             if code is not None:
-                return [{"type": "function_call", "call_id": f"oracle_evolve_{request}", "name": EVOLVE,
-                         "arguments": json.dumps({"code": code}, ensure_ascii=False)}]
+                return [
+                    {
+                        "type": "function_call",
+                        "call_id": f"oracle_evolve_{request}",
+                        "name": EVOLVE,
+                        "arguments": json.dumps({"code": code}, ensure_ascii=False),
+                    }
+                ]
         return self.oracle.act(state)
 
 
-def make_env(family: str, *, split: str = "test", strategy: str = "none", config: EnvConfig | None = None,
-             difficulty: Difficulty | None = None) -> CompactionEnv:
+def make_env(
+    family: str,
+    *,
+    split: str = "test",
+    strategy: str = "none",
+    config: EnvConfig | None = None,
+    difficulty: Difficulty | None = None,
+) -> CompactionEnv:
     if strategy not in ORACLE_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(ORACLE_STRATEGIES)}")
     harness = HARNESS_STRATEGIES[strategy]() if strategy in HARNESS_STRATEGIES else None

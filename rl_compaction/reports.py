@@ -51,17 +51,38 @@ def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    header = ["strategy", "success (95% CI)", "score", "cost (in-tok eq)", "cached", "peak ctx", "compactions",
-              "evolve fail", "truncated"]
+    header = [
+        "strategy",
+        "success (95% CI)",
+        "score",
+        "cost (in-tok eq)",
+        "cached",
+        "peak ctx",
+        "compactions",
+        "evolve fail",
+        "truncated",
+    ]
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
-        table.append([r["strategy"], f"{r['success']:.0%} [{lo:.0%}, {hi:.0%}]", f"{r['mean_score']:.3f}",
-                      f"{r['mean_cost']:,.0f}", f"{r['cached_share']:.0%}", f"{r['peak_context']:,.0f}",
-                      f"{r['compactions']:.1f}", f"{r['evolve_failures']:.1f}", f"{r['truncated']}/{r['episodes']}"])
+        table.append(
+            [
+                r["strategy"],
+                f"{r['success']:.0%} [{lo:.0%}, {hi:.0%}]",
+                f"{r['mean_score']:.3f}",
+                f"{r['mean_cost']:,.0f}",
+                f"{r['cached_share']:.0%}",
+                f"{r['peak_context']:,.0f}",
+                f"{r['compactions']:.1f}",
+                f"{r['evolve_failures']:.1f}",
+                f"{r['truncated']}/{r['episodes']}",
+            ]
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in table]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in table
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

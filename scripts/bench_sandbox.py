@@ -25,9 +25,13 @@ def make_state(target_bytes: int) -> list[dict]:
     i = 0
     while len(json.dumps(state, ensure_ascii=False).encode()) < target_bytes:
         i += 1
-        state.append({"type": "function_call", "call_id": f"c{i}", "name": "read", "arguments": json.dumps({"page": i})})
-        rows = [{"id": f"R-{i}-{j}", "amount": f"{(i * 37 + j) % 9973}.{j:02d}", "memo": "invoice ’ " * 3}
-                for j in range(20)]
+        state.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "read", "arguments": json.dumps({"page": i})}
+        )
+        rows = [
+            {"id": f"R-{i}-{j}", "amount": f"{(i * 37 + j) % 9973}.{j:02d}", "memo": "invoice ’ " * 3}
+            for j in range(20)
+        ]
         state.append({"type": "function_call_output", "call_id": f"c{i}", "output": json.dumps(rows)})
     return state
 
@@ -60,14 +64,18 @@ def main() -> None:
         bare = median_time(lambda: bare_quickjs(state_json), args.repeats)  # noqa: B023
         sandbox = median_time(lambda: run_evolve(state, EDIT), args.repeats)  # noqa: B023
         protocol = median_time(lambda: apply_evolve(state + [pending]), args.repeats)  # noqa: B023
-        print(f"{label:>8}  {bare * 1e3:10.2f}ms  {sandbox * 1e3:8.2f}ms  {sandbox / bare:5.1f}x  "
-              f"{protocol * 1e3:11.2f}ms  {protocol / bare:5.1f}x")
+        print(
+            f"{label:>8}  {bare * 1e3:10.2f}ms  {sandbox * 1e3:8.2f}ms  {sandbox / bare:5.1f}x  "
+            f"{protocol * 1e3:11.2f}ms  {protocol / bare:5.1f}x"
+        )
     print("* apply_evolve = sandbox + State validation + token accounting (o200k) + receipt")
 
     for limit in (0.05, 0.25):
         stop = median_time(lambda: run_evolve([], "for (;;) {}", SandboxLimits(time_s=limit)), 3)  # noqa: B023
-        print(f"runaway loop with a {limit * 1e3:g} ms limit stopped after {stop * 1e3:.0f} ms "
-              f"({stop / limit:.2f}x the limit)")
+        print(
+            f"runaway loop with a {limit * 1e3:g} ms limit stopped after {stop * 1e3:.0f} ms "
+            f"({stop / limit:.2f}x the limit)"
+        )
 
 
 if __name__ == "__main__":

@@ -13,16 +13,17 @@ from rl_compaction.example_runner import example_dirs
 
 STATE = [
     {"type": "message", "role": "user", "content": "Find the founding year ’ 😀."},
-    {"type": "function_call", "call_id": "s1", "name": "search", "arguments": "{\"q\": \"founding\"}"},
+    {"type": "function_call", "call_id": "s1", "name": "search", "arguments": '{"q": "founding"}'},
     {"type": "function_call_output", "call_id": "s1", "output": "1931 " + "noise " * 100},
 ]
-PENDING = {"type": "function_call", "call_id": "ev9", "name": "evolve", "arguments": "{\"code\": \"\"}"}
+PENDING = {"type": "function_call", "call_id": "ev9", "name": "evolve", "arguments": '{"code": ""}'}
 DROP = "return state.filter(x => x.call_id !== 's1');"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rl_compaction.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rl_compaction.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture

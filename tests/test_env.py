@@ -20,8 +20,12 @@ TIGHT = dict(context_window=9000, compaction_threshold=6000)
 
 
 def call(name: str, args: dict | str, cid: str = "c1") -> dict:
-    return {"type": "function_call", "call_id": cid, "name": name,
-            "arguments": args if isinstance(args, str) else json.dumps(args)}
+    return {
+        "type": "function_call",
+        "call_id": cid,
+        "name": name,
+        "arguments": args if isinstance(args, str) else json.dumps(args),
+    }
 
 
 def probe_env(**config) -> CompactionEnv:
@@ -52,8 +56,10 @@ def test_reset_is_deterministic_and_observation_is_the_model_input():
         ([call("teleport", {})], "unknown tool 'teleport'"),
         ([call("next_batch", "{not json")], "not a JSON object"),
         ([call("next_batch", "[1]")], "not a JSON object"),
-        ([call("evolve", {"code": "return state;"}), call("next_batch", {"index": 1}, "c2")],
-         "evolve must be the only call"),
+        (
+            [call("evolve", {"code": "return state;"}), call("next_batch", {"index": 1}, "c2")],
+            "evolve must be the only call",
+        ),
         ([call("submit", {"answer": 5})], "submit takes one argument: answer, a string"),
         ([call("next_batch", {"index": -4})], "index"),
     ],
@@ -66,7 +72,7 @@ def test_malformed_actions_get_an_error_output_and_never_crash(action, error_wor
     assert not terminated and reward == 0.0
     new = validate_state(obs["state"])
     assert new[: len(before)] == before
-    outputs = [x["output"] for x in new[len(before):] if x["type"] == "function_call_output"]
+    outputs = [x["output"] for x in new[len(before) :] if x["type"] == "function_call_output"]
     assert any(error_words in o for o in outputs), outputs
 
 
@@ -111,14 +117,14 @@ def test_oracle_solves_and_ledger_adds_up():
 
 
 def test_history_is_append_only_while_state_is_edited():
-    env = make_env("probe", split="test", strategy="clear_tool_outputs", difficulty=MEDIUM,
-                   config=EnvConfig(**TIGHT))
+    env = make_env("probe", split="test", strategy="clear_tool_outputs", difficulty=MEDIUM, config=EnvConfig(**TIGHT))
     info = run_oracle_episode(env, 0)
     assert info["ledger"]["compactions"] >= 1
     outputs_in_history = [x["output"] for x in env.history if x["type"] == "function_call_output"]
     assert not any("cleared by the harness" in o for o in outputs_in_history)
-    assert any("cleared by the harness" in x.get("output", "") for x in env.state
-               if x["type"] == "function_call_output")
+    assert any(
+        "cleared by the harness" in x.get("output", "") for x in env.state if x["type"] == "function_call_output"
+    )
     assert any(v["reason"] == "evolve" for v in env.state_versions)
 
 

@@ -21,8 +21,15 @@ from rl_compaction.example_runner import EXAMPLES_DIR, example_dirs, run_example
 from rl_compaction.sandbox import SandboxLimits
 from rl_compaction.state import StateError, load_state, typescript_declarations, validate_state
 
-RECEIPT_KEYS = {"applied", "before_tokens", "after_tokens", "reusable_prefix_tokens", "evolve_call_tokens",
-                "cache_cost", "compaction_cost"}
+RECEIPT_KEYS = {
+    "applied",
+    "before_tokens",
+    "after_tokens",
+    "reusable_prefix_tokens",
+    "evolve_call_tokens",
+    "cache_cost",
+    "compaction_cost",
+}
 
 
 def evolve_call(code: str, cid: str = "ev1") -> dict:
@@ -31,7 +38,7 @@ def evolve_call(code: str, cid: str = "ev1") -> dict:
 
 BASE = [
     {"type": "message", "role": "user", "content": "Summarise the three reports. Keep the figures exact."},
-    {"type": "function_call", "call_id": "r1", "name": "read", "arguments": "{\"id\": 1}"},
+    {"type": "function_call", "call_id": "r1", "name": "read", "arguments": '{"id": 1}'},
     {"type": "function_call_output", "call_id": "r1", "output": "Report 1: revenue 1,204.50 € ’ " + "filler " * 200},
     {"type": "message", "role": "assistant", "content": "Report 1 read; revenue 1,204.50 €."},
 ]
@@ -67,7 +74,7 @@ def test_success_replaces_state_and_appends_one_receipt():
     ("code", "words"),
     [
         ("return state.slice(0, -1);", "pending evolve call was removed"),
-        ("state[state.length - 1].arguments = '{\"code\": \"x\"}'; return state;", "must stay unchanged"),
+        ('state[state.length - 1].arguments = \'{"code": "x"}\'; return state;', "must stay unchanged"),
         ("const p = state.pop(); state.unshift(p); return state;", "must stay unchanged as the last item"),
         ("return state.filter(x => x.type !== 'function_call_output');", "invalid State: item 1"),
         ("state.splice(1, 0, {type: 'message', role: 'robot', content: 'x'}); return state;", "field 'role'"),
@@ -86,7 +93,7 @@ def test_any_failure_keeps_the_previous_state_exactly(code, words):
     assert set(receipt) == {"applied", "error"}
 
 
-@pytest.mark.parametrize("arguments", ['{"code": 5}', '{"code": "", "extra": 1}', '{}'])
+@pytest.mark.parametrize("arguments", ['{"code": 5}', '{"code": "", "extra": 1}', "{}"])
 def test_arguments_must_be_exactly_code(arguments):
     state = BASE + [{"type": "function_call", "call_id": "ev1", "name": "evolve", "arguments": arguments}]
     outcome = apply_evolve(state)
