@@ -24,8 +24,12 @@ def readme_namespace() -> dict:
 def test_readme_family_runs_and_survives_its_own_compaction():
     ns = readme_namespace()
     family = ns["RecallFamily"]()
-    small = CompactionEnv(family, split="test", difficulty=Difficulty(scale=1.0),
-                          config=EnvConfig(context_window=9000, compaction_threshold=6000))
+    small = CompactionEnv(
+        family,
+        split="test",
+        difficulty=Difficulty(scale=1.0),
+        config=EnvConfig(context_window=9000, compaction_threshold=6000),
+    )
     info = run_oracle_episode(small, 0, use_evolve=True)
     assert info["success"] and info["ledger"]["compactions"] >= 1
     none = CompactionEnv(family, split="test", config=EnvConfig(context_window=9000, compaction_request=""))
