@@ -1,0 +1,57 @@
+"""The policy interface: a batch of observations in, a batch of model turns out.
+
+An observation is what `CompactionEnv` returns: ``{"instructions", "tools", "state"}``. A
+`Turn` is the model's answer as Responses output items, plus what training and accounting
+need: the exact prompt ids, the sampled ids and their logprobs (where the backend has them),
+provider-reported usage (HTTP backends) and latency.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """One model invocation's result."""
+
+    #: Responses output items: an assistant message and/or function calls.
+    items: list[dict[str, Any]]
+    #: the raw generated text (None for backends that return structured output only)
+    text: str | None = None
+    #: exact prompt token ids the model saw, sampled token ids, and one logprob per sampled id
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    #: provider-reported usage, e.g. {"input_tokens", "cached_tokens", "output_tokens"}
+    usage: dict[str, Any] | None = None
+    latency_s: float = 0.0
+    #: anything backend-specific worth keeping in the rollout record (finish reason, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_action(self) -> dict[str, Any]:
+        """The env action: items plus the token ids the policy really used, when known."""
+        action: dict[str, Any] = {"items": self.items}
+        if self.prompt_ids is not None:
+            action["input_ids"] = self.prompt_ids
+        if self.completion_ids is not None:
+            action["output_ids"] = self.completion_ids
+        return action
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Policy(ABC):
+    """Maps observations to model turns. Implementations batch where they can."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        """One turn per observation, in order."""
+
+    def close(self) -> None:
+        """Release resources (servers, GPU memory)."""
