@@ -209,7 +209,7 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
         env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
         seeds = range(args.seed_start, args.seed_start + args.episodes)
         results[name] = [
-            run_oracle_episode(env, seed, use_evolve=name == "oracle_evolve")
+            run_oracle_episode(env, seed, use_evolve=name == "evolve")
             for seed in progress(seeds, f"{args.family}/{name}")
         ]
     print(oracle_table(args.family, args.split, args.context_window, results))
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--strategy",
                 default="none",
-                help="none, oracle_evolve, sliding_window, clear_tool_outputs; comma-separated or all",
+                help="none, evolve (the oracle's own edit), sliding_window, clear_tool_outputs; comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)
             p.add_argument("--cache-preset", default="vllm")

@@ -11,12 +11,13 @@ from typing import Any
 
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.evolve import EVOLVE
+from rl_compaction.policies.base import ScriptedPolicy, Turn
 from rl_compaction.strategies import HARNESS_STRATEGIES
 from rl_compaction.tasks import Difficulty, Oracle
 
-#: "none": no compaction; "oracle_evolve": the oracle answers compaction requests with its own
+#: "none": no compaction; "evolve": the oracle answers compaction requests with its own
 #: targeted evolve code; the others are harness strategies run at the threshold.
-ORACLE_STRATEGIES = ("none", "oracle_evolve", *HARNESS_STRATEGIES)
+ORACLE_STRATEGIES = ("none", "evolve", *HARNESS_STRATEGIES)
 
 
 class OraclePolicy:
@@ -43,6 +44,23 @@ class OraclePolicy:
                     }
                 ]
         return self.oracle.act(state)
+
+
+class OracleScriptedPolicy(ScriptedPolicy):
+    """The oracle under a strategy, as a policy for batched rollouts and `rl-compaction eval`."""
+
+    def __init__(self, strategy: str = "none"):
+        if strategy not in ORACLE_STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(ORACLE_STRATEGIES)}")
+        self.strategy, self.name = strategy, f"oracle:{strategy}"
+        self._bound: dict[int, tuple[object, OraclePolicy]] = {}
+
+    def act_env(self, env: CompactionEnv, observation: dict[str, Any]) -> Turn:
+        task, policy = self._bound.get(id(env), (None, None))
+        if task is not env.task:  # a new episode in this env
+            policy = OraclePolicy(env.task.oracle(), env, use_evolve=self.strategy == "evolve")
+            self._bound[id(env)] = (env.task, policy)
+        return Turn(items=policy.act(observation))
 
 
 def make_env(

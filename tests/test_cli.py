@@ -134,8 +134,8 @@ def test_envs_list_and_show():
 
 
 def test_envs_oracle_table():
-    r = cli("envs", "oracle", "probe", "--episodes", "2", "--scale", "0.06", "--strategy", "none,oracle_evolve")
+    r = cli("envs", "oracle", "probe", "--episodes", "2", "--scale", "0.06", "--strategy", "none,evolve")
     assert r.returncode == 0, r.stderr
     rows = {line.split()[0]: line for line in r.stdout.splitlines()[3:]}
-    assert rows.keys() == {"none", "oracle_evolve"}
+    assert rows.keys() == {"none", "evolve"}
     assert "100% [" in rows["none"]

@@ -143,7 +143,7 @@ def test_turn_limit_truncates():
 
 
 def test_compaction_request_is_appended_once_and_oracle_evolve_answers_it():
-    env = make_env("probe", split="test", strategy="oracle_evolve", difficulty=MEDIUM, config=EnvConfig(**TIGHT))
+    env = make_env("probe", split="test", strategy="evolve", difficulty=MEDIUM, config=EnvConfig(**TIGHT))
     info = run_oracle_episode(env, 0, use_evolve=True)
     requests = [e for e in info["events"] if e["event"] == "compaction_request"]
     evolves = [e for e in info["events"] if e["event"] == "evolve"]

@@ -55,3 +55,13 @@ class Policy(ABC):
 
     def close(self) -> None:
         """Release resources (servers, GPU memory)."""
+
+
+class ScriptedPolicy(ABC):
+    """A policy that reads its task from the env (the oracle); rollouts call it per env."""
+
+    name: str = "scripted"
+
+    @abstractmethod
+    def act_env(self, env: Any, observation: dict[str, Any]) -> Turn:
+        """The next turn for `env`, whose current observation is `observation`."""
