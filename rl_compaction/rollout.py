@@ -86,14 +86,29 @@ class EpisodeRecord:
 
 def _record_turn(record: EpisodeRecord, turn_no: int, turn: Turn) -> None:
     record.invocations.append(
-        Invocation(turn_no, turn.prompt_ids, turn.completion_ids, turn.logprobs, turn.text, turn.items, turn.usage,
-                   turn.latency_s, turn.extra)
+        Invocation(
+            turn_no,
+            turn.prompt_ids,
+            turn.completion_ids,
+            turn.logprobs,
+            turn.text,
+            turn.items,
+            turn.usage,
+            turn.latency_s,
+            turn.extra,
+        )
     )
 
 
-def rollout(policy: Policy | ScriptedPolicy, envs: list[CompactionEnv], seeds: list[int], *, episode_ids: list[int] | None = None,
-            settings: dict[str, Any] | None = None,
-            on_step: Callable[[int], None] | None = None) -> list[EpisodeRecord]:
+def rollout(
+    policy: Policy | ScriptedPolicy,
+    envs: list[CompactionEnv],
+    seeds: list[int],
+    *,
+    episode_ids: list[int] | None = None,
+    settings: dict[str, Any] | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> list[EpisodeRecord]:
     """Run one episode per env (env i on task `seeds[i]`) in lockstep against `policy`."""
     if len(envs) != len(seeds):
         raise ValueError("rollout needs one seed per env")
@@ -103,8 +118,9 @@ def rollout(policy: Policy | ScriptedPolicy, envs: list[CompactionEnv], seeds: l
         obs, info = env.reset(seed=seed)
         observations.append(obs)
         started.append(time.perf_counter())
-        records.append(EpisodeRecord(policy.name, env.family.name, env.split, info["task_seed"], ep,
-                                     dict(settings or {})))
+        records.append(
+            EpisodeRecord(policy.name, env.family.name, env.split, info["task_seed"], ep, dict(settings or {}))
+        )
     active = list(range(len(envs)))
     while active:
         if isinstance(policy, ScriptedPolicy):
@@ -130,8 +146,13 @@ def rollout(policy: Policy | ScriptedPolicy, envs: list[CompactionEnv], seeds: l
     return records
 
 
-def run_group(policy: Policy | ScriptedPolicy, make_env: Callable[[], CompactionEnv], seed: int, group_size: int,
-              settings: dict[str, Any] | None = None) -> list[EpisodeRecord]:
+def run_group(
+    policy: Policy | ScriptedPolicy,
+    make_env: Callable[[], CompactionEnv],
+    seed: int,
+    group_size: int,
+    settings: dict[str, Any] | None = None,
+) -> list[EpisodeRecord]:
     """G episodes of the same task instance, batched: the GRPO group."""
     envs = [make_env() for _ in range(group_size)]
     return rollout(policy, envs, [seed] * group_size, episode_ids=list(range(group_size)), settings=settings)

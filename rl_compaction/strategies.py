@@ -94,16 +94,16 @@ return [...task, ...units.flat(), pending];
 class Summary:
     """Replace all turns but the newest `keep_last` by one message written by `summarize`.
 
-    `summarize(state) -> str` is the hook for a model-written summary (a policy backend
-    supplies it); its own model calls are that backend's to count.
+    `summarize(state, env) -> str` is the hook for a model-written summary (`rl_compaction.evaluate`
+    backs it with the evaluated model); it records its own model call in `env.ledger`.
     """
 
-    summarize: Callable[[State], str]
+    summarize: Callable[[State, CompactionEnv], str]
     keep_last: int = 2
     name: str = "summary"
 
     def __call__(self, state: State, env: CompactionEnv) -> str:
-        text = self.summarize(state[:-1])
+        text = self.summarize(state[:-1], env)
         return _code(
             {"keep_last": self.keep_last, "summary": text},
             """

@@ -1,0 +1,362 @@
+"""`rl-compaction eval`: compare policies on held-out tasks with the same accounting.
+
+A policy spec is ``oracle`` (the task's scripted oracle), ``openai:MODEL`` (any
+OpenAI-compatible endpoint) or a local model (a path, ``smollm2-135m``, ``tiny``), optionally
+followed by ``@STRATEGY``: ``evolve`` (the agent is asked to compact itself at the threshold),
+``none``, ``sliding_window``, ``clear_tool_outputs``, or ``summary`` (the model writes a summary
+at the threshold; model policies only). Every episode goes to ``episodes.jsonl``; the summary to
+``metrics.json``, a table on stdout and ``success_vs_cost.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from rl_compaction.accounting import load_presets
+from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
+from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
+from rl_compaction.policies.base import Policy, ScriptedPolicy
+from rl_compaction.reports import progress_bar, wilson_interval
+from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
+from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
+from rl_compaction.tasks import Difficulty
+
+MODEL_STRATEGIES = ("evolve", "none", "summary", *HARNESS_STRATEGIES)
+
+
+@dataclass
+class EvalConfig:
+    """Settings of one evaluation (all recorded with every episode).
+
+    policies: policy specs (see module docstring).
+    env: task family; split: normally "test"; episodes: per policy, task seeds seed_start...
+    context_window / compaction_threshold / max_turns: the env's limits.
+    strategy: default strategy for specs without ``@STRATEGY``.
+    max_new_tokens / temperature: sampling for model policies; batch_size: episodes per batch.
+    base_url / api: for ``openai:`` policies ("chat" or "responses").
+    """
+
+    policies: list[str]
+    env: str = "probe"
+    split: str = "test"
+    episodes: int = 5
+    seed_start: int = 0
+    scale: float = 1.0
+    level: int = 2
+    context_window: int = 32_768
+    compaction_threshold: int | None = None
+    max_turns: int = 100
+    strategy: str = "evolve"
+    tokenizer: str = "o200k_base"
+    cache_preset: str = "vllm"
+    max_new_tokens: int = 512
+    temperature: float = 0.7
+    batch_size: int = 4
+    base_url: str | None = None
+    api: str = "chat"
+    output_dir: str = "runs/eval"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
+    name, _, strategy = spec.partition("@")
+    if not name:
+        raise ValueError(f"empty policy spec {spec!r}")
+    return name, strategy or default_strategy
+
+
+def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | ScriptedPolicy:
+    """Build the policy named by a spec."""
+    if name == "oracle":
+        if strategy not in ORACLE_STRATEGIES:
+            raise ValueError(f"the oracle takes strategies {', '.join(ORACLE_STRATEGIES)}; got {strategy!r}")
+        return OracleScriptedPolicy(strategy)
+    if strategy not in MODEL_STRATEGIES:
+        raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+    if name.startswith("openai:"):
+        from rl_compaction.policies.openai_http import OpenAIPolicy
+
+        return OpenAIPolicy(
+            name.removeprefix("openai:"),
+            base_url=config.base_url,
+            api=config.api,
+            max_output_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+        )
+    from rl_compaction.policies.local import TransformersPolicy
+
+    return TransformersPolicy(
+        name, max_new_tokens=config.max_new_tokens, temperature=config.temperature, max_batch_size=config.batch_size
+    )
+
+
+def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy, n: int) -> list[CompactionEnv]:
+    harness = None
+    if strategy in HARNESS_STRATEGIES:
+        harness = HARNESS_STRATEGIES[strategy]()
+    elif strategy == "summary":
+        harness = Summary(summarize=_model_summarizer(policy))
+    envs = []
+    for _ in range(n):
+        env_config = EnvConfig(
+            context_window=config.context_window,
+            compaction_threshold=config.compaction_threshold,
+            compaction_request="" if strategy == "none" else DEFAULT_COMPACTION_REQUEST,
+            max_turns=config.max_turns,
+            tokenizer=config.tokenizer,
+            cache_preset=config.cache_preset,
+        )
+        envs.append(
+            CompactionEnv(
+                config.env,
+                split=config.split,
+                difficulty=Difficulty(config.scale, config.level),
+                config=env_config,
+                strategy=harness,
+            )
+        )
+    return envs
+
+
+SUMMARY_REQUEST = (
+    "Write a summary of the work so far that lets you continue the task without the earlier turns: "
+    "keep every fact, identifier and number you still need exactly. Reply with the summary only."
+)
+
+
+def _model_summarizer(policy: Policy | ScriptedPolicy):
+    """The `Summary` hook backed by the evaluated model itself (one extra model call)."""
+    if isinstance(policy, ScriptedPolicy):
+        raise ValueError("the summary strategy needs a model policy")
+
+    def summarize(state: list[dict[str, Any]], env: CompactionEnv) -> str:
+        obs = {
+            "instructions": "You summarise an agent's working context.",
+            "tools": [],
+            "state": state + [{"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
+        }
+        turn = policy.act([obs])[0]
+        ids = turn.prompt_ids or env.counter.input_ids(obs["instructions"], [], obs["state"])
+        env.ledger.record(
+            ids, turn.completion_ids if turn.completion_ids is not None else env.counter.output_tokens(turn.items)
+        )
+        return "\n".join(x["content"] for x in turn.items if x.get("type") == "message") or (turn.text or "")
+
+    return summarize
+
+
+def policy_metrics(name: str, records: list[EpisodeRecord], cache_weights: dict[str, float]) -> dict[str, Any]:
+    """Success with a 95% interval, score, cost and its parts, cache reuse, context, edits, time."""
+    n = len(records)
+    infos = [r.info for r in records]
+    ledgers = [i["ledger"] for i in infos]
+    wins = sum(bool(i["success"]) for i in infos)
+    lo, hi = wilson_interval(wins, n)
+
+    def avg(values: list[float]) -> float:
+        return mean(values) if values else 0.0
+
+    evolve_calls = [sum(1 for row in i["ledger_rows"] if row["evolve_applied"] is not None) for i in infos]
+    usage = [inv.usage for r in records for inv in r.invocations if inv.usage]
+    return {
+        "policy": name,
+        "episodes": n,
+        "success_rate": wins / n if n else 0.0,
+        "success_ci95": [lo, hi],
+        "mean_score": avg([i["score"] for i in infos]),
+        "mean_cost": avg([x["cost"] for x in ledgers]),
+        "cost_parts": {
+            "uncached_input": avg([x["uncached_tokens"] for x in ledgers]),
+            "cached_input": avg([x["cached_tokens"] * cache_weights["cache_read_weight"] for x in ledgers]),
+            "output": avg([x["output_tokens"] * cache_weights["output_weight"] for x in ledgers]),
+            "cache_write": avg([x["cache_write_tokens"] * cache_weights["cache_write_weight"] for x in ledgers]),
+        },
+        "cached_share": avg([x["cached_share"] for x in ledgers]),
+        "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
+        "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
+        "evolve_failures_per_episode": avg([x["evolve_failures"] for x in ledgers]),
+        "evolve_failure_rate": (sum(x["evolve_failures"] for x in ledgers) / sum(evolve_calls))
+        if sum(evolve_calls)
+        else 0.0,
+        "truncated": sum(i["truncated_reason"] is not None for i in infos),
+        "mean_turns": avg([i["turns"] for i in infos]),
+        "mean_wall_s": avg([r.wall_s for r in records]),
+        "provider_usage": {
+            k: sum(u.get(k) or 0 for u in usage) for k in ("input_tokens", "cached_tokens", "output_tokens")
+        }
+        if usage
+        else None,
+    }
+
+
+def format_metrics(rows: list[dict[str, Any]]) -> str:
+    header = [
+        "policy",
+        "success (95% CI)",
+        "score",
+        "cost",
+        "uncached",
+        "cached",
+        "output",
+        "cache%",
+        "peak ctx",
+        "compact/ep",
+        "evolve fail",
+        "wall s/ep",
+    ]
+    table = [header]
+    for r in rows:
+        lo, hi = r["success_ci95"]
+        parts = r["cost_parts"]
+        table.append(
+            [
+                r["policy"],
+                f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
+                f"{r['mean_score']:.3f}",
+                f"{r['mean_cost']:,.0f}",
+                f"{parts['uncached_input']:,.0f}",
+                f"{parts['cached_input']:,.0f}",
+                f"{parts['output']:,.0f}",
+                f"{r['cached_share']:.0%}",
+                f"{r['peak_context']:,.0f}",
+                f"{r['compactions_per_episode']:.1f}",
+                f"{r['evolve_failure_rate']:.0%}",
+                f"{r['mean_wall_s']:.1f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        lo, hi = r["success_ci95"]
+        y = r["success_rate"]
+        ax.errorbar(r["mean_cost"], y, yerr=[[y - lo], [hi - y]], fmt="o", capsize=4, label=r["policy"])
+        ax.annotate(r["policy"], (r["mean_cost"], y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    ax.set_xlabel("mean total cost per episode (input-token equivalents)")
+    ax.set_ylabel("success rate (95% Wilson interval)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
+    """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes_path = out / "episodes.jsonl"
+    if episodes_path.exists() and not resume:
+        raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
+    done: dict[str, EpisodeRecord] = {r.key: r for r in read_jsonl(episodes_path)} if episodes_path.exists() else {}
+    settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
+    seeds = list(range(config.seed_start, config.seed_start + config.episodes))
+
+    cache_model = load_presets()[config.cache_preset]
+    weights = {k: getattr(cache_model, k) for k in ("cache_read_weight", "output_weight", "cache_write_weight")}
+    rows, by_policy = [], {}
+    for spec in config.policies:
+        name, strategy = split_spec(spec, config.strategy)
+        label = f"{name}@{strategy}"
+        records = [done[k] for s in seeds if (k := f"{label}|{config.env}|{config.split}|{s}|0") in done]
+        todo = [s for s in seeds if f"{label}|{config.env}|{config.split}|{s}|0" not in done]
+        if todo:
+            policy = make_policy(name, strategy, config)
+            policy.name = label
+            with progress_bar(len(todo), label) as bar:
+                for start in range(0, len(todo), config.batch_size):
+                    batch = todo[start : start + config.batch_size]
+                    envs = make_envs(config, strategy, policy, len(batch))
+                    new = rollout(
+                        policy,
+                        envs,
+                        batch,
+                        episode_ids=[0] * len(batch),
+                        settings={**settings, "strategy": strategy},
+                        on_step=bar.update,
+                    )
+                    write_jsonl(episodes_path, new)
+                    records.extend(new)
+            if isinstance(policy, Policy):
+                policy.close()
+        row = policy_metrics(label, sorted(records, key=lambda r: r.task_seed), weights)
+        rows.append(row)
+        by_policy[label] = row
+    table = format_metrics(rows)
+    title = f"{config.env} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
+    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", title)
+    metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    if use_wandb:
+        log_to_wandb(config, rows, plot, episodes_path)
+    return {"table": table, "metrics": metrics, "plot": plot, "episodes": episodes_path}
+
+
+def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, episodes: Path) -> None:
+    """Log the comparison to Weights & Biases; offline (no account needed) unless WANDB_MODE says otherwise."""
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "rl-compaction"),
+        job_type="eval",
+        mode=mode,
+        config=asdict(config),
+        dir=config.output_dir,
+    )
+    columns = [
+        "policy",
+        "success_rate",
+        "ci_low",
+        "ci_high",
+        "mean_score",
+        "mean_cost",
+        "cached_share",
+        "peak_context",
+        "compactions_per_episode",
+        "evolve_failure_rate",
+        "mean_wall_s",
+    ]
+    table = wandb.Table(columns=columns)
+    for r in rows:
+        table.add_data(
+            r["policy"],
+            r["success_rate"],
+            *r["success_ci95"],
+            r["mean_score"],
+            r["mean_cost"],
+            r["cached_share"],
+            r["peak_context"],
+            r["compactions_per_episode"],
+            r["evolve_failure_rate"],
+            r["mean_wall_s"],
+        )
+        run.summary[f"{r['policy']}/success_rate"] = r["success_rate"]
+        run.summary[f"{r['policy']}/mean_cost"] = r["mean_cost"]
+    run.log({"eval/policies": table, "eval/success_vs_cost": wandb.Image(str(plot))})
+    artifact = wandb.Artifact(f"eval-{config.env}-{config.split}", type="episodes")
+    artifact.add_file(str(episodes))
+    run.log_artifact(artifact)
+    run.finish()
