@@ -53,7 +53,7 @@ class Policy(ABC):
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         """One turn per observation, in order."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op unless the backend holds resources
         """Release resources (servers, GPU memory)."""
 
 
