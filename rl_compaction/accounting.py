@@ -33,7 +33,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import rl_compaction
-from rl_compaction.render import chat_messages, chat_tools, estimate_pieces
+from rl_compaction.chat_format import render_prompt
+from rl_compaction.render import estimate_pieces
 from rl_compaction.state import State, text_of
 from rl_compaction.tiktoken_offline import OFFLINE_ENCODINGS, get_encoding
 
@@ -302,13 +303,15 @@ class ChatTemplateCounter(TokenCounter):
     def render(
         self, instructions: str, tools: list[dict[str, Any]], state: State, *, add_generation_prompt: bool = True
     ) -> str:
-        """The chat template's text for instructions + tools + state."""
-        return self.tokenizer.apply_chat_template(
-            chat_messages(instructions, state),
-            tools=chat_tools(tools) or None,
+        """The chat template's text for instructions + tools + state: exactly the prompt a local
+        policy sends (`rl_compaction.chat_format.render_prompt`, fallback format included)."""
+        return render_prompt(
+            self.tokenizer,
+            instructions,
+            tools,
+            state,
             add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **self.template_kwargs,
+            template_kwargs=self.template_kwargs,
         )
 
     def input_ids(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:

@@ -1,0 +1,127 @@
+"""A local transformers model as a policy: batched sampling on CPU or GPU, with the exact
+prompt ids, sampled ids and per-token logprobs that training needs.
+
+Logprobs follow TRL's convention: log-softmax of the raw logits divided by the sampling
+temperature (top-p / top-k filtering changes what can be sampled, not these values).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl_compaction import chat_format
+from rl_compaction.policies.base import Policy, Turn
+
+
+class TransformersPolicy(Policy):
+    """Sample turns from a causal LM with its chat template (tools rendered by the template, or
+    the documented fallback format for templates without tool support)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_new_tokens: int = 512,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        do_sample: bool = True,
+        max_batch_size: int = 8,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        name: str | None = None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(model, (str, Path)):
+            from rl_compaction.models import resolve_model
+
+            path = resolve_model(str(model))
+            name = name or str(model)
+            torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype or "auto", local_files_only=True)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, local_files_only=True)
+        if tokenizer is None:
+            raise ValueError("a tokenizer is needed when the model is passed as an object")
+        if temperature <= 0 and do_sample:
+            raise ValueError("temperature must be > 0 when sampling (use do_sample=False for greedy)")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "local")
+        self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
+        self.do_sample, self.max_batch_size = do_sample, max_batch_size
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.stop_ids = self._stop_ids()
+
+    def _stop_ids(self) -> set[int]:
+        ids = set()
+        eos = self.model.generation_config.eos_token_id
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
+        return chat_format.prompt_ids(self.tokenizer, observation["instructions"], observation["tools"],
+                                      observation["state"])
+
+    def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        turns: list[Turn] = []
+        for start in range(0, len(observations), self.max_batch_size):
+            turns.extend(self._generate(observations[start : start + self.max_batch_size]))
+        return turns
+
+    @torch.no_grad()
+    def _generate(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        started = time.perf_counter()
+        prompts = [self.prompt_ids(o) for o in observations]
+        width = max(len(p) for p in prompts)
+        # Left padding keeps every prompt's last token at the same position for generation.
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        out = self.model.generate(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            max_new_tokens=self.max_new_tokens,
+            do_sample=self.do_sample,
+            temperature=self.temperature if self.do_sample else None,
+            top_p=self.top_p if self.do_sample else None,
+            top_k=self.top_k if self.do_sample else None,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.stop_ids) or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new = out.sequences[:, width:].cpu()
+        # logits[t]: (batch, vocab) raw scores for generated position t
+        logits = torch.stack(out.logits, dim=1).float().cpu()
+        scale = self.temperature if self.do_sample else 1.0
+        logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        elapsed = time.perf_counter() - started
+        turns = []
+        for i, prompt in enumerate(prompts):
+            ids = new[i].tolist()
+            end = next((j + 1 for j, t in enumerate(ids) if t in self.stop_ids), len(ids))
+            completion = ids[:end]
+            text = self.tokenizer.decode(completion, skip_special_tokens=False)
+            parsed = chat_format.parse_completion(text, self.tokenizer)
+            turns.append(Turn(
+                items=parsed.items,
+                text=text,
+                prompt_ids=prompt,
+                completion_ids=completion,
+                logprobs=logps[i, :end].tolist(),
+                latency_s=elapsed,
+                extra={"finish_reason": "stop" if completion and completion[-1] in self.stop_ids else "length",
+                       "parse_error": parsed.error},
+            ))
+        return turns
