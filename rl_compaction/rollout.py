@@ -108,8 +108,13 @@ def rollout(
     episode_ids: list[int] | None = None,
     settings: dict[str, Any] | None = None,
     on_step: Callable[[int], None] | None = None,
+    any_active: Callable[[bool], bool] | None = None,
 ) -> list[EpisodeRecord]:
-    """Run one episode per env (env i on task `seeds[i]`) in lockstep against `policy`."""
+    """Run one episode per env (env i on task `seeds[i]`) in lockstep against `policy`.
+
+    `any_active(local_active) -> global_active` keeps processes in step in distributed training:
+    a process whose episodes have ended keeps calling the policy with an empty batch while others
+    still run, because generation there is a collective operation."""
     if len(envs) != len(seeds):
         raise ValueError("rollout needs one seed per env")
     episode_ids = episode_ids or list(range(len(envs)))
@@ -122,7 +127,7 @@ def rollout(
             EpisodeRecord(policy.name, env.family.name, env.split, info["task_seed"], ep, dict(settings or {}))
         )
     active = list(range(len(envs)))
-    while active:
+    while active if any_active is None else any_active(bool(active)):
         if isinstance(policy, ScriptedPolicy):
             turns = [policy.act_env(envs[i], observations[i]) for i in active]
         else:

@@ -210,6 +210,11 @@ def _corpus() -> list[str]:
     lines += [json.dumps(s) for s in _SAMPLES] + [json.dumps(s, indent=2) for s in _SAMPLES]
     lines += [f"{n} {n * 7 % 1000:03d} {n / 8:.2f} 2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}" for n in range(200)]
     lines += CHATML_TEMPLATE.splitlines() + LLAMA3_TEMPLATE.splitlines()
+    # The harness's system text, so a tiny model's prompts stay short (fast CPU training tests).
+    from rl_compaction.evolve import EVOLVE_TOOL, system_suffix
+    from rl_compaction.tasks import SUBMIT_TOOL
+
+    lines += system_suffix().splitlines() + [json.dumps(EVOLVE_TOOL), json.dumps(SUBMIT_TOOL)]
     lines.append(string.printable)
     return lines * 3
 

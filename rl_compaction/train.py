@@ -1,0 +1,49 @@
+"""GRPO training entry point, TRL style:
+
+    accelerate launch -m rl_compaction.train --config configs/train/tiny-cpu.yaml [--max_steps 2 ...]
+    rl-compaction train --config configs/train/tiny-cpu.yaml
+
+The YAML holds `CompactionGRPOConfig` fields (TRL's GRPOConfig plus env and reward settings) and
+TRL's `ModelConfig` fields (model_name_or_path, dtype, use_peft, lora_*); command-line flags
+override it. The model is any local path or a name `rl_compaction.models.resolve_model` knows.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from rl_compaction.models import resolve_model
+from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+
+
+def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> CompactionGRPOTrainer:
+    path = resolve_model(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        local_files_only=True,
+        dtype=model_args.dtype or "auto",
+        attn_implementation=model_args.attn_implementation,
+    )
+    return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = TrlParser((CompactionGRPOConfig, ModelConfig))
+    args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
+    if model_args.model_name_or_path is None:
+        parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    trainer = build_trainer(args, model_args)
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.save_model(args.output_dir)
+    if trainer.accelerator.is_main_process:
+        print(f"saved the trained model to {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

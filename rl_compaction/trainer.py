@@ -1,0 +1,340 @@
+"""GRPO over whole episodes, on TRL.
+
+TRL's GRPOTrainer samples one completion per prompt (its tool loop only appends), so it
+cannot express an edit of the context. We keep everything else of it (losses, KL to a
+reference model, PEFT, vLLM colocate/server generation, accelerate/DeepSpeed/FSDP, checkpoints,
+logging) and replace one method, `_generate_and_score_completions`:
+
+1. Each dataset row names a task (family, seed); the RepeatSampler gives each task G rows, so
+   G episodes of the same instance form a group. All episodes of the batch run in lockstep in
+   `CompactionEnv`, sampled through TRL's own generation (`_generate_single_turn`: vLLM when
+   `use_vllm`, else transformers), so the prompt ids and sampled ids are exact.
+2. Episode reward r_i = `episode_reward(info)` (score, success bonus, cost, penalties), and one
+   advantage per episode, normalised within its group of G (as TRL's `scale_rewards`):
+       A_i = (r_i - mean_group(r)) / (std_group(r) + 1e-4)      ("group"; "batch": std over the batch)
+3. The episode is cut into segments (`rl_compaction.segments`): rows whose prompt is the first
+   prompt of the row and whose "completion" holds the sampled tokens (trained) interleaved with
+   what the harness added (masked through TRL's `tool_mask`). Every row carries A_i.
+4. TRL's loss then runs unchanged. Only token-level losses are allowed (`dapo`, `cispo`, `bnpo`):
+       L = - sum_{rows, t} mask_t * min(rho_t A, clip(rho_t) A) / (number of trained tokens)
+   so an episode weighs by its trained tokens, never by how many segments an edit cut it into
+   (per-sequence means, as in `grpo`, would weight every segment like an episode).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import pad
+
+from rl_compaction.env import CompactionEnv, EnvConfig
+from rl_compaction.policies.base import Policy, Turn
+from rl_compaction.reward import RewardConfig, episode_reward
+from rl_compaction.rollout import EpisodeRecord, rollout
+from rl_compaction.segments import Segment, build_segments
+from rl_compaction.tasks import Difficulty
+
+TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
+
+
+@dataclass
+class CompactionGRPOConfig(GRPOConfig):
+    """GRPOConfig plus the environment and reward settings (all TRL fields keep their meaning;
+    `max_completion_length` is the token budget of one model turn, `num_generations` is G)."""
+
+    families: list[str] = field(default_factory=lambda: ["probe"], metadata={"help": "Task families to train on."})
+    family_weights: list[float] | None = field(
+        default=None, metadata={"help": "Sampling weights of `families` (mixture); uniform if unset."}
+    )
+    train_tasks: int = field(default=256, metadata={"help": "Task seeds drawn from the train split."})
+    eval_tasks: int = field(default=16, metadata={"help": "Task seeds from the validation split for evaluation."})
+    difficulty_scale: float = field(default=1.0, metadata={"help": "Tool-output volume (1.0: > 32k tokens)."})
+    difficulty_level: int = field(default=2, metadata={"help": "Difficulty level 1-3."})
+    context_window: int = field(default=32_768, metadata={"help": "Context window of the agent (tokens)."})
+    compaction_threshold: int | None = field(
+        default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75% of window)."}
+    )
+    max_turns: int = field(default=64, metadata={"help": "Model turns per episode."})
+    cache_preset: str = field(default="vllm", metadata={"help": "Cache model preset (configs/accounting.yaml)."})
+    reward_score_weight: float = field(default=1.0, metadata={"help": "Weight of the task score."})
+    reward_success_bonus: float = field(default=0.5, metadata={"help": "Bonus for a successful episode."})
+    reward_cost_weight: float = field(default=0.2, metadata={"help": "Weight of min(cost / cost_scale, 1)."})
+    reward_cost_scale: float = field(default=200_000.0, metadata={"help": "Cost (input-token eq.) that costs 1."})
+    reward_evolve_failure_penalty: float = field(default=0.05, metadata={"help": "Per rejected evolve call."})
+    reward_malformed_call_penalty: float = field(default=0.025, metadata={"help": "Per malformed tool call."})
+    reward_window_penalty: float = field(default=0.2, metadata={"help": "When the context window was hit."})
+    log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.loss_type not in TOKEN_LEVEL_LOSSES:
+            raise ValueError(
+                f"loss_type {self.loss_type!r} normalises per row, so the number of segments of an episode would "
+                f"weight it; use one of {', '.join(TOKEN_LEVEL_LOSSES)}"
+            )
+        if self.importance_sampling_level != "token":
+            raise ValueError("importance_sampling_level must be 'token' (a segment is not a whole sequence)")
+        if self.family_weights is not None and len(self.family_weights) != len(self.families):
+            raise ValueError("family_weights needs one weight per family")
+        _ = self.reward_config  # validates the reward weights now, not at the first step
+
+    @property
+    def reward_config(self) -> RewardConfig:
+        return RewardConfig(
+            score_weight=self.reward_score_weight, success_bonus=self.reward_success_bonus,
+            cost_weight=self.reward_cost_weight, cost_scale=self.reward_cost_scale,
+            evolve_failure_penalty=self.reward_evolve_failure_penalty,
+            malformed_call_penalty=self.reward_malformed_call_penalty, window_penalty=self.reward_window_penalty,
+        )
+
+    def env_config(self) -> EnvConfig:
+        return EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold,
+                         max_turns=self.max_turns, cache_preset=self.cache_preset)
+
+
+def task_dataset(families: list[str], weights: list[float] | None, split: str, n: int, seed: int) -> Dataset:
+    """Rows naming tasks: (family, task_seed) drawn with the mixture weights; `prompt` is for TRL's bookkeeping."""
+    rng = random.Random(seed)
+    picks = rng.choices(families, weights=weights, k=n)
+    rows = [{"prompt": [{"role": "user", "content": f"{family} task {i}"}], "family": family, "task_seed": i}
+            for i, family in enumerate(picks)]
+    return Dataset.from_list(rows)
+
+
+def episode_reward_func(prompts: list, completions: list, episode_reward: list[float], **kwargs: Any) -> list[float]:
+    """The episode reward in TRL's reward-function form (rows carry it precomputed from the finished
+    episode); it names the reward column in TRL's logs."""
+    return list(episode_reward)
+
+
+class TRLGenerationPolicy(Policy):
+    """Samples turns through the trainer's own generation path (vLLM or transformers), so
+    weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
+
+    def __init__(self, trainer: GRPOTrainer):
+        from rl_compaction import chat_format
+
+        self.trainer, self.chat_format = trainer, chat_format
+        self.tokenizer = trainer.processing_class
+        self.name = "trl"
+
+    def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        prompts = [self.chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"])
+                   for o in observations]
+        if not prompts:  # this process is done but others are not: join the collective generation
+            self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
+            return []
+        completions, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
+        turns = []
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            completion = list(completion)
+            text = self.tokenizer.decode(completion, skip_special_tokens=False)
+            parsed = self.chat_format.parse_completion(text, self.tokenizer)
+            turns.append(Turn(items=parsed.items, text=text, prompt_ids=prompt, completion_ids=completion,
+                              logprobs=list(logprobs[i]) if logprobs is not None else None,
+                              extra={"parse_error": parsed.error}))
+        return turns
+
+
+class CompactionGRPOTrainer(GRPOTrainer):
+    """GRPO on whole `CompactionEnv` episodes (see the module docstring for the algorithm)."""
+
+    def __init__(self, model: Any, args: CompactionGRPOConfig, *, train_dataset: Dataset | None = None,
+                 eval_dataset: Dataset | None = None, processing_class: Any = None, peft_config: Any = None,
+                 callbacks: list | None = None,
+                 reward_fn: Callable[[EpisodeRecord], dict[str, float]] | None = None):
+        """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
+        `episode_reward(record.info, args.reward_config)`, e.g. to add reward terms; every
+        component is logged under reward/."""
+        if train_dataset is None:
+            train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
+        if eval_dataset is None and args.eval_strategy != "no":
+            eval_dataset = task_dataset(args.families, args.family_weights, "validation", args.eval_tasks,
+                                        args.seed + 1)
+        super().__init__(model=model, reward_funcs=[episode_reward_func], args=args, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
+                         callbacks=callbacks)
+        from rl_compaction.accounting import ChatTemplateCounter
+
+        # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
+        self.counter = ChatTemplateCounter(self.processing_class)
+        self.last_records: list[EpisodeRecord] = []
+        self.reward_fn = reward_fn or (lambda record: episode_reward(record.info, args.reward_config))
+
+    # -------------------------------------------------------------- rollouts and rows
+
+    def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[CompactionEnv]:
+        args: CompactionGRPOConfig = self.args
+        difficulty = Difficulty(args.difficulty_scale, args.difficulty_level)
+        return [CompactionEnv(x["family"], split=split, difficulty=difficulty, config=args.env_config(),
+                              counter=self.counter) for x in inputs]
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        device = self.accelerator.device
+        mode = "train" if self.model.training else "eval"
+        args: CompactionGRPOConfig = self.args
+        split = "train" if mode == "train" else "validation"
+        envs = self._make_envs(inputs, split)
+        records = rollout(TRLGenerationPolicy(self), envs, [int(x["task_seed"]) for x in inputs],
+                          settings={"mode": mode, "step": self.state.global_step}, any_active=self._any_active)
+        self.last_records = records
+        rewards = [self.reward_fn(r) for r in records]
+
+        # One advantage per episode, normalised within its group of G (groups may span processes).
+        local = torch.tensor([r["reward"] for r in rewards], dtype=torch.float32, device=device)
+        all_rewards = self.accelerator.gather(local)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        grouped = all_rewards.view(-1, G)
+        advantages = all_rewards - grouped.mean(dim=1).repeat_interleave(G)
+        if self.scale_rewards == "group":
+            advantages = advantages / (grouped.std(dim=1).repeat_interleave(G) + 1e-4)
+        elif self.scale_rewards == "batch":
+            advantages = advantages / (all_rewards.std() + 1e-4)
+        start = self.accelerator.process_index * len(inputs)
+        advantages = advantages[start : start + len(inputs)]
+
+        rows: list[tuple[Segment, float]] = []
+        for record, advantage in zip(records, advantages.tolist(), strict=True):
+            segments = build_segments([(inv.prompt_ids, inv.completion_ids, inv.logprobs)
+                                       for inv in record.invocations])
+            rows.extend((s, advantage) for s in segments)
+        if mode == "train":  # TRL splits the batch into steps_per_generation equal chunks
+            while len(rows) % args.steps_per_generation:
+                rows.append((Segment([self._tokenizer.pad_token_id], [self._tokenizer.pad_token_id], [0], [0.0]),
+                             0.0))
+        batch = self._rows_to_tensors(rows, device)
+        self._log_episode_metrics(mode, records, rewards, rows)
+        return batch
+
+    def _any_active(self, local: bool) -> bool:
+        if self.accelerator.num_processes == 1:
+            return local
+        flag = torch.tensor([int(local)], device=self.accelerator.device)
+        return bool(self.accelerator.gather(flag).sum().item())
+
+    def _rows_to_tensors(self, rows: list[tuple[Segment, float]], device: torch.device) -> dict[str, Any]:
+        pad_id = self._tokenizer.pad_token_id
+        prompt_ids = pad([torch.tensor(s.prompt_ids) for s, _ in rows], padding_value=pad_id,
+                         padding_side="left").to(device)
+        prompt_mask = pad([torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows], padding_value=0,
+                          padding_side="left").to(device)
+        completion_ids = pad([torch.tensor(s.completion_ids) for s, _ in rows], padding_value=pad_id,
+                             padding_side="right").to(device)
+        completion_mask = pad([torch.ones(len(s.completion_ids), dtype=torch.long) for s, _ in rows],
+                              padding_value=0, padding_side="right").to(device)
+        tool_mask = pad([torch.tensor(s.mask, dtype=torch.long) for s, _ in rows], padding_value=0,
+                        padding_side="right").to(device)
+        advantages = torch.tensor([a for _, a in rows], dtype=torch.float32, device=device)
+        loss_mask = completion_mask * tool_mask
+        output: dict[str, Any] = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "tool_mask": tool_mask,
+            "advantages": advantages,
+            # token-level normalisation over the whole generation batch, all processes
+            "num_items_in_batch": self.accelerator.gather(loss_mask.sum()).sum(),
+        }
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        batch_size = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+        with torch.no_grad():
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
+                output["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size)
+            if self.beta != 0.0:
+                output["ref_per_token_logps"] = self._reference_logps(input_ids, attention_mask, logits_to_keep,
+                                                                      batch_size)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            sampled = pad([torch.tensor(s.logprobs) for s, _ in rows], padding_value=0.0,
+                          padding_side="right").to(device)
+            diff = (output["old_per_token_logps"] - sampled) * loss_mask
+            ratio = torch.exp(diff)
+            output["importance_sampling_ratio"] = torch.clamp(ratio, min=self.vllm_importance_sampling_clip_min,
+                                                              max=self.vllm_importance_sampling_clip_max)
+        return output
+
+    def _reference_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, logits_to_keep,
+                                                           batch_size=batch_size)[0]
+        from trl.trainer.grpo_trainer import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, logits_to_keep,
+                                                           batch_size=batch_size)[0]
+
+    # -------------------------------------------------------------- logging
+
+    def _log_episode_metrics(self, mode: str, records: list[EpisodeRecord], rewards: list[dict[str, float]],
+                             rows: list[tuple[Segment, float]]) -> None:
+        """Per-episode means, gathered over processes: reward parts, success, cost, cache, context, edits."""
+        per_episode = []
+        for record, reward in zip(records, rewards, strict=True):
+            ledger = record.info["ledger"]
+            per_episode.append({
+                **{f"reward/{k}": v for k, v in reward.items()},
+                "success": float(record.info["success"]),
+                "score": float(record.info["score"]),
+                "cost/total": ledger["cost"],
+                "cost/uncached_input": ledger["uncached_tokens"],
+                "cost/cached_input": ledger["cached_tokens"],
+                "cost/output": ledger["output_tokens"],
+                "cached_share": ledger["cached_share"],
+                "peak_context": ledger["peak_context_tokens"],
+                "compactions": ledger["compactions"],
+                "evolve_failures": ledger["evolve_failures"],
+                "turns": record.info["turns"],
+                "window_truncated": float(record.info["truncated_reason"] == "context_window"),
+            })
+        gathered = gather_object(per_episode)
+        for key in per_episode[0] if per_episode else []:
+            values = [e[key] for e in gathered]
+            self._metrics[mode][key].append(sum(values) / len(values))
+        trained = sum(s.trained_tokens for s, _ in rows)
+        self._metrics[mode]["segments_per_episode"].append(len([r for r in rows if r[0].trained_tokens]) /
+                                                           max(1, len(records)))
+        self._metrics[mode]["trained_tokens"].append(float(trained))
+        if mode == "train" and self.accelerator.is_main_process and self.args.log_episodes:
+            self._log_episode_table(records[: self.args.log_episodes], rewards)
+
+    def _log_episode_table(self, records: list[EpisodeRecord], rewards: list[dict[str, float]]) -> None:
+        """A W&B table of sample episodes: evolve code and the State before and after each edit."""
+        if "wandb" not in (self.args.report_to or []):
+            return
+        import wandb
+
+        if wandb.run is None:
+            return
+        table = wandb.Table(columns=["step", "family", "task_seed", "reward", "score", "edit", "evolve_code",
+                                     "state_before", "state_after"])
+        for record, reward in zip(records, rewards, strict=True):
+            versions = record.state_versions
+            edits = [(versions[i - 1], v) for i, v in enumerate(versions) if i and v["reason"] == "evolve"]
+            for k, (before, after) in enumerate(edits or [(versions[0], versions[-1])]):
+                table.add_data(self.state.global_step, record.family, record.task_seed, reward["reward"],
+                               record.info["score"], k if edits else -1, after.get("code", ""),
+                               json.dumps(before["state"], ensure_ascii=False)[:20_000],
+                               json.dumps(after["state"], ensure_ascii=False)[:20_000])
+        wandb.log({"episodes": table}, commit=False)
+
+
+def config_summary(args: CompactionGRPOConfig) -> dict[str, Any]:
+    """The settings worth printing at the start of a run."""
+    keys = ("families", "family_weights", "num_generations", "loss_type", "beta", "scale_rewards",
+            "context_window", "max_turns", "max_completion_length", "learning_rate", "max_steps", "output_dir")
+    data = asdict(copy.copy(args))
+    return {k: data[k] for k in keys if k in data}
