@@ -90,24 +90,49 @@ class CompactionGRPOConfig(GRPOConfig):
     @property
     def reward_config(self) -> RewardConfig:
         return RewardConfig(
-            score_weight=self.reward_score_weight, success_bonus=self.reward_success_bonus,
-            cost_weight=self.reward_cost_weight, cost_scale=self.reward_cost_scale,
+            score_weight=self.reward_score_weight,
+            success_bonus=self.reward_success_bonus,
+            cost_weight=self.reward_cost_weight,
+            cost_scale=self.reward_cost_scale,
             evolve_failure_penalty=self.reward_evolve_failure_penalty,
-            malformed_call_penalty=self.reward_malformed_call_penalty, window_penalty=self.reward_window_penalty,
+            malformed_call_penalty=self.reward_malformed_call_penalty,
+            window_penalty=self.reward_window_penalty,
         )
 
     def env_config(self) -> EnvConfig:
-        return EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold,
-                         max_turns=self.max_turns, cache_preset=self.cache_preset)
+        return EnvConfig(
+            context_window=self.context_window,
+            compaction_threshold=self.compaction_threshold,
+            max_turns=self.max_turns,
+            cache_preset=self.cache_preset,
+        )
 
 
 def task_dataset(families: list[str], weights: list[float] | None, split: str, n: int, seed: int) -> Dataset:
     """Rows naming tasks: (family, task_seed) drawn with the mixture weights; `prompt` is for TRL's bookkeeping."""
     rng = random.Random(seed)
     picks = rng.choices(families, weights=weights, k=n)
-    rows = [{"prompt": [{"role": "user", "content": f"{family} task {i}"}], "family": family, "task_seed": i}
-            for i, family in enumerate(picks)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{family} task {i}"}], "family": family, "task_seed": i}
+        for i, family in enumerate(picks)
+    ]
     return Dataset.from_list(rows)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group") -> torch.Tensor:
+    """A_i = (r_i - mean of its group) / (std + 1e-4); std of the group ("group"), of the whole
+    batch ("batch"), or none ("none"). Consecutive `group_size` rewards form a group."""
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.view(-1, group_size)
+    advantages = rewards - grouped.mean(dim=1).repeat_interleave(group_size)
+    if scale == "group":
+        advantages = advantages / (grouped.std(dim=1).repeat_interleave(group_size) + 1e-4)
+    elif scale == "batch":
+        advantages = advantages / (rewards.std() + 1e-4)
+    elif scale != "none":
+        raise ValueError(f"unknown scale_rewards {scale!r}; use group, batch or none")
+    return advantages
 
 
 def episode_reward_func(prompts: list, completions: list, episode_reward: list[float], **kwargs: Any) -> list[float]:
@@ -128,8 +153,9 @@ class TRLGenerationPolicy(Policy):
         self.name = "trl"
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
-        prompts = [self.chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"])
-                   for o in observations]
+        prompts = [
+            self.chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
+        ]
         if not prompts:  # this process is done but others are not: join the collective generation
             self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
             return []
@@ -139,30 +165,53 @@ class TRLGenerationPolicy(Policy):
             completion = list(completion)
             text = self.tokenizer.decode(completion, skip_special_tokens=False)
             parsed = self.chat_format.parse_completion(text, self.tokenizer)
-            turns.append(Turn(items=parsed.items, text=text, prompt_ids=prompt, completion_ids=completion,
-                              logprobs=list(logprobs[i]) if logprobs is not None else None,
-                              extra={"parse_error": parsed.error}))
+            turns.append(
+                Turn(
+                    items=parsed.items,
+                    text=text,
+                    prompt_ids=prompt,
+                    completion_ids=completion,
+                    logprobs=list(logprobs[i]) if logprobs is not None else None,
+                    extra={"parse_error": parsed.error},
+                )
+            )
         return turns
 
 
 class CompactionGRPOTrainer(GRPOTrainer):
     """GRPO on whole `CompactionEnv` episodes (see the module docstring for the algorithm)."""
 
-    def __init__(self, model: Any, args: CompactionGRPOConfig, *, train_dataset: Dataset | None = None,
-                 eval_dataset: Dataset | None = None, processing_class: Any = None, peft_config: Any = None,
-                 callbacks: list | None = None,
-                 reward_fn: Callable[[EpisodeRecord], dict[str, float]] | None = None):
+    def __init__(
+        self,
+        model: Any,
+        args: CompactionGRPOConfig,
+        *,
+        train_dataset: Dataset | None = None,
+        eval_dataset: Dataset | None = None,
+        processing_class: Any = None,
+        peft_config: Any = None,
+        callbacks: list | None = None,
+        reward_fn: Callable[[EpisodeRecord], dict[str, float]] | None = None,
+    ):
         """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
         `episode_reward(record.info, args.reward_config)`, e.g. to add reward terms; every
         component is logged under reward/."""
         if train_dataset is None:
             train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
         if eval_dataset is None and args.eval_strategy != "no":
-            eval_dataset = task_dataset(args.families, args.family_weights, "validation", args.eval_tasks,
-                                        args.seed + 1)
-        super().__init__(model=model, reward_funcs=[episode_reward_func], args=args, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
-                         callbacks=callbacks)
+            eval_dataset = task_dataset(
+                args.families, args.family_weights, "validation", args.eval_tasks, args.seed + 1
+            )
+        super().__init__(
+            model=model,
+            reward_funcs=[episode_reward_func],
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
         from rl_compaction.accounting import ChatTemplateCounter
 
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
@@ -175,8 +224,12 @@ class CompactionGRPOTrainer(GRPOTrainer):
     def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[CompactionEnv]:
         args: CompactionGRPOConfig = self.args
         difficulty = Difficulty(args.difficulty_scale, args.difficulty_level)
-        return [CompactionEnv(x["family"], split=split, difficulty=difficulty, config=args.env_config(),
-                              counter=self.counter) for x in inputs]
+        return [
+            CompactionEnv(
+                x["family"], split=split, difficulty=difficulty, config=args.env_config(), counter=self.counter
+            )
+            for x in inputs
+        ]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
@@ -184,33 +237,32 @@ class CompactionGRPOTrainer(GRPOTrainer):
         args: CompactionGRPOConfig = self.args
         split = "train" if mode == "train" else "validation"
         envs = self._make_envs(inputs, split)
-        records = rollout(TRLGenerationPolicy(self), envs, [int(x["task_seed"]) for x in inputs],
-                          settings={"mode": mode, "step": self.state.global_step}, any_active=self._any_active)
+        records = rollout(
+            TRLGenerationPolicy(self),
+            envs,
+            [int(x["task_seed"]) for x in inputs],
+            settings={"mode": mode, "step": self.state.global_step},
+            any_active=self._any_active,
+        )
         self.last_records = records
         rewards = [self.reward_fn(r) for r in records]
 
         # One advantage per episode, normalised within its group of G (groups may span processes).
         local = torch.tensor([r["reward"] for r in rewards], dtype=torch.float32, device=device)
-        all_rewards = self.accelerator.gather(local)
         G = self.num_generations if mode == "train" else self.num_generations_eval
-        grouped = all_rewards.view(-1, G)
-        advantages = all_rewards - grouped.mean(dim=1).repeat_interleave(G)
-        if self.scale_rewards == "group":
-            advantages = advantages / (grouped.std(dim=1).repeat_interleave(G) + 1e-4)
-        elif self.scale_rewards == "batch":
-            advantages = advantages / (all_rewards.std() + 1e-4)
+        advantages = group_advantages(self.accelerator.gather(local), G, self.scale_rewards)
         start = self.accelerator.process_index * len(inputs)
         advantages = advantages[start : start + len(inputs)]
 
         rows: list[tuple[Segment, float]] = []
         for record, advantage in zip(records, advantages.tolist(), strict=True):
-            segments = build_segments([(inv.prompt_ids, inv.completion_ids, inv.logprobs)
-                                       for inv in record.invocations])
+            segments = build_segments(
+                [(inv.prompt_ids, inv.completion_ids, inv.logprobs) for inv in record.invocations]
+            )
             rows.extend((s, advantage) for s in segments)
         if mode == "train":  # TRL splits the batch into steps_per_generation equal chunks
             while len(rows) % args.steps_per_generation:
-                rows.append((Segment([self._tokenizer.pad_token_id], [self._tokenizer.pad_token_id], [0], [0.0]),
-                             0.0))
+                rows.append((Segment([self._tokenizer.pad_token_id], [self._tokenizer.pad_token_id], [0], [0.0]), 0.0))
         batch = self._rows_to_tensors(rows, device)
         self._log_episode_metrics(mode, records, rewards, rows)
         return batch
@@ -223,16 +275,23 @@ class CompactionGRPOTrainer(GRPOTrainer):
 
     def _rows_to_tensors(self, rows: list[tuple[Segment, float]], device: torch.device) -> dict[str, Any]:
         pad_id = self._tokenizer.pad_token_id
-        prompt_ids = pad([torch.tensor(s.prompt_ids) for s, _ in rows], padding_value=pad_id,
-                         padding_side="left").to(device)
-        prompt_mask = pad([torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows], padding_value=0,
-                          padding_side="left").to(device)
-        completion_ids = pad([torch.tensor(s.completion_ids) for s, _ in rows], padding_value=pad_id,
-                             padding_side="right").to(device)
-        completion_mask = pad([torch.ones(len(s.completion_ids), dtype=torch.long) for s, _ in rows],
-                              padding_value=0, padding_side="right").to(device)
-        tool_mask = pad([torch.tensor(s.mask, dtype=torch.long) for s, _ in rows], padding_value=0,
-                        padding_side="right").to(device)
+        prompt_ids = pad([torch.tensor(s.prompt_ids) for s, _ in rows], padding_value=pad_id, padding_side="left").to(
+            device
+        )
+        prompt_mask = pad(
+            [torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows], padding_value=0, padding_side="left"
+        ).to(device)
+        completion_ids = pad(
+            [torch.tensor(s.completion_ids) for s, _ in rows], padding_value=pad_id, padding_side="right"
+        ).to(device)
+        completion_mask = pad(
+            [torch.ones(len(s.completion_ids), dtype=torch.long) for s, _ in rows],
+            padding_value=0,
+            padding_side="right",
+        ).to(device)
+        tool_mask = pad(
+            [torch.tensor(s.mask, dtype=torch.long) for s, _ in rows], padding_value=0, padding_side="right"
+        ).to(device)
         advantages = torch.tensor([a for _, a in rows], dtype=torch.float32, device=device)
         loss_mask = completion_mask * tool_mask
         output: dict[str, Any] = {
@@ -248,65 +307,81 @@ class CompactionGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
-        batch_size = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+        batch_size = (
+            self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+        )
         with torch.no_grad():
             generate_every = self.args.steps_per_generation * self.num_iterations
             if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
                 output["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size)
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+                )
             if self.beta != 0.0:
-                output["ref_per_token_logps"] = self._reference_logps(input_ids, attention_mask, logits_to_keep,
-                                                                      batch_size)
+                output["ref_per_token_logps"] = self._reference_logps(
+                    input_ids, attention_mask, logits_to_keep, batch_size
+                )
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            sampled = pad([torch.tensor(s.logprobs) for s, _ in rows], padding_value=0.0,
-                          padding_side="right").to(device)
+            sampled = pad([torch.tensor(s.logprobs) for s, _ in rows], padding_value=0.0, padding_side="right").to(
+                device
+            )
             diff = (output["old_per_token_logps"] - sampled) * loss_mask
             ratio = torch.exp(diff)
-            output["importance_sampling_ratio"] = torch.clamp(ratio, min=self.vllm_importance_sampling_clip_min,
-                                                              max=self.vllm_importance_sampling_clip_max)
+            output["importance_sampling_ratio"] = torch.clamp(
+                ratio, min=self.vllm_importance_sampling_clip_min, max=self.vllm_importance_sampling_clip_max
+            )
         return output
 
     def _reference_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
         if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, logits_to_keep,
-                                                           batch_size=batch_size)[0]
+            return self._get_per_token_logps_and_entropies(
+                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+            )[0]
         from trl.trainer.grpo_trainer import use_adapter
 
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, logits_to_keep,
-                                                           batch_size=batch_size)[0]
+            return self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+            )[0]
 
     # -------------------------------------------------------------- logging
 
-    def _log_episode_metrics(self, mode: str, records: list[EpisodeRecord], rewards: list[dict[str, float]],
-                             rows: list[tuple[Segment, float]]) -> None:
+    def _log_episode_metrics(
+        self,
+        mode: str,
+        records: list[EpisodeRecord],
+        rewards: list[dict[str, float]],
+        rows: list[tuple[Segment, float]],
+    ) -> None:
         """Per-episode means, gathered over processes: reward parts, success, cost, cache, context, edits."""
         per_episode = []
         for record, reward in zip(records, rewards, strict=True):
             ledger = record.info["ledger"]
-            per_episode.append({
-                **{f"reward/{k}": v for k, v in reward.items()},
-                "success": float(record.info["success"]),
-                "score": float(record.info["score"]),
-                "cost/total": ledger["cost"],
-                "cost/uncached_input": ledger["uncached_tokens"],
-                "cost/cached_input": ledger["cached_tokens"],
-                "cost/output": ledger["output_tokens"],
-                "cached_share": ledger["cached_share"],
-                "peak_context": ledger["peak_context_tokens"],
-                "compactions": ledger["compactions"],
-                "evolve_failures": ledger["evolve_failures"],
-                "turns": record.info["turns"],
-                "window_truncated": float(record.info["truncated_reason"] == "context_window"),
-            })
+            per_episode.append(
+                {
+                    **{f"reward/{k}": v for k, v in reward.items()},
+                    "success": float(record.info["success"]),
+                    "score": float(record.info["score"]),
+                    "cost/total": ledger["cost"],
+                    "cost/uncached_input": ledger["uncached_tokens"],
+                    "cost/cached_input": ledger["cached_tokens"],
+                    "cost/output": ledger["output_tokens"],
+                    "cached_share": ledger["cached_share"],
+                    "peak_context": ledger["peak_context_tokens"],
+                    "compactions": ledger["compactions"],
+                    "evolve_failures": ledger["evolve_failures"],
+                    "turns": record.info["turns"],
+                    "window_truncated": float(record.info["truncated_reason"] == "context_window"),
+                }
+            )
         gathered = gather_object(per_episode)
         for key in per_episode[0] if per_episode else []:
             values = [e[key] for e in gathered]
             self._metrics[mode][key].append(sum(values) / len(values))
         trained = sum(s.trained_tokens for s, _ in rows)
-        self._metrics[mode]["segments_per_episode"].append(len([r for r in rows if r[0].trained_tokens]) /
-                                                           max(1, len(records)))
+        self._metrics[mode]["segments_per_episode"].append(
+            len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))
+        )
         self._metrics[mode]["trained_tokens"].append(float(trained))
         if mode == "train" and self.accelerator.is_main_process and self.args.log_episodes:
             self._log_episode_table(records[: self.args.log_episodes], rewards)
@@ -319,22 +394,52 @@ class CompactionGRPOTrainer(GRPOTrainer):
 
         if wandb.run is None:
             return
-        table = wandb.Table(columns=["step", "family", "task_seed", "reward", "score", "edit", "evolve_code",
-                                     "state_before", "state_after"])
+        table = wandb.Table(
+            columns=[
+                "step",
+                "family",
+                "task_seed",
+                "reward",
+                "score",
+                "edit",
+                "evolve_code",
+                "state_before",
+                "state_after",
+            ]
+        )
         for record, reward in zip(records, rewards, strict=True):
             versions = record.state_versions
             edits = [(versions[i - 1], v) for i, v in enumerate(versions) if i and v["reason"] == "evolve"]
             for k, (before, after) in enumerate(edits or [(versions[0], versions[-1])]):
-                table.add_data(self.state.global_step, record.family, record.task_seed, reward["reward"],
-                               record.info["score"], k if edits else -1, after.get("code", ""),
-                               json.dumps(before["state"], ensure_ascii=False)[:20_000],
-                               json.dumps(after["state"], ensure_ascii=False)[:20_000])
+                table.add_data(
+                    self.state.global_step,
+                    record.family,
+                    record.task_seed,
+                    reward["reward"],
+                    record.info["score"],
+                    k if edits else -1,
+                    after.get("code", ""),
+                    json.dumps(before["state"], ensure_ascii=False)[:20_000],
+                    json.dumps(after["state"], ensure_ascii=False)[:20_000],
+                )
         wandb.log({"episodes": table}, commit=False)
 
 
 def config_summary(args: CompactionGRPOConfig) -> dict[str, Any]:
     """The settings worth printing at the start of a run."""
-    keys = ("families", "family_weights", "num_generations", "loss_type", "beta", "scale_rewards",
-            "context_window", "max_turns", "max_completion_length", "learning_rate", "max_steps", "output_dir")
+    keys = (
+        "families",
+        "family_weights",
+        "num_generations",
+        "loss_type",
+        "beta",
+        "scale_rewards",
+        "context_window",
+        "max_turns",
+        "max_completion_length",
+        "learning_rate",
+        "max_steps",
+        "output_dir",
+    )
     data = asdict(copy.copy(args))
     return {k: data[k] for k in keys if k in data}

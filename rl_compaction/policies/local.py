@@ -68,8 +68,9 @@ class TransformersPolicy(Policy):
         return ids
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
-        return chat_format.prompt_ids(self.tokenizer, observation["instructions"], observation["tools"],
-                                      observation["state"])
+        return chat_format.prompt_ids(
+            self.tokenizer, observation["instructions"], observation["tools"], observation["state"]
+        )
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         turns: list[Turn] = []
@@ -114,14 +115,18 @@ class TransformersPolicy(Policy):
             completion = ids[:end]
             text = self.tokenizer.decode(completion, skip_special_tokens=False)
             parsed = chat_format.parse_completion(text, self.tokenizer)
-            turns.append(Turn(
-                items=parsed.items,
-                text=text,
-                prompt_ids=prompt,
-                completion_ids=completion,
-                logprobs=logps[i, :end].tolist(),
-                latency_s=elapsed,
-                extra={"finish_reason": "stop" if completion and completion[-1] in self.stop_ids else "length",
-                       "parse_error": parsed.error},
-            ))
+            turns.append(
+                Turn(
+                    items=parsed.items,
+                    text=text,
+                    prompt_ids=prompt,
+                    completion_ids=completion,
+                    logprobs=logps[i, :end].tolist(),
+                    latency_s=elapsed,
+                    extra={
+                        "finish_reason": "stop" if completion and completion[-1] in self.stop_ids else "length",
+                        "parse_error": parsed.error,
+                    },
+                )
+            )
         return turns

@@ -1,0 +1,240 @@
+"""GRPO training: segments, advantages, rewards, loss normalisation, a real run with checkpoint
+and resume, W&B offline files, and a learning test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rl_compaction.models import resolve_model
+from rl_compaction.reward import RewardConfig, episode_reward
+from rl_compaction.segments import build_segments
+from rl_compaction.train import main as train_main
+from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, group_advantages
+
+TINY_CONFIG = str(Path(__file__).parents[1] / "configs" / "train" / "tiny-cpu.yaml")
+
+
+# -- segments ------------------------------------------------------------------------------------
+
+
+def test_append_only_turns_merge_into_one_row_with_exact_masks():
+    p1, c1 = [1, 2, 3], [10, 11]
+    p2 = p1 + c1 + [7, 8]  # harness added a tool output (7, 8)
+    c2 = [12]
+    p3 = p2 + c2 + [9]
+    c3 = [13, 14]
+    rows = build_segments([(p1, c1, [-0.1, -0.2]), (p2, c2, [-0.3]), (p3, c3, None)])
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.prompt_ids == p1
+    assert row.completion_ids == [10, 11, 7, 8, 12, 9, 13, 14]
+    assert row.mask == [1, 1, 0, 0, 1, 0, 1, 1]
+    assert row.logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3, 0.0, 0.0, 0.0]
+    assert row.turns == [0, 1, 2] and row.trained_tokens == 5
+
+
+def test_an_edit_forks_a_new_row():
+    p1, c1 = [1, 2, 3, 4], [10]
+    p2 = [1, 2, 99, 4, 10, 5]  # an evolve edit rewrote the context: no longer an extension
+    c2 = [11, 12]
+    p3 = p2 + c2 + [6]
+    rows = build_segments([(p1, c1, None), (p2, c2, None), (p3, [13], None)])
+    assert [r.prompt_ids for r in rows] == [p1, p2]
+    assert rows[1].completion_ids == [11, 12, 6, 13] and rows[1].mask == [1, 1, 0, 1]
+    assert [r.turns for r in rows] == [[0], [1, 2]]
+
+
+def test_a_prompt_that_drops_the_previous_completion_forks():
+    rows = build_segments([([1, 2], [3, 4], None), ([1, 2, 3], [5], None)])  # re-rendered turn lost token 4
+    assert len(rows) == 2
+
+
+def test_logprob_count_must_match():
+    with pytest.raises(ValueError, match="2 logprobs for 1 sampled tokens"):
+        build_segments([([1], [2], [-1.0, -2.0])])
+
+
+# -- advantages and rewards ---------------------------------------------------------------------------
+
+
+def test_group_advantages_normalise_within_groups():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 5.0, 5.0, 5.0, 5.0])
+    adv = group_advantages(rewards, 4, "group")
+    assert torch.allclose(adv[:4], torch.tensor([0.5, -0.5, 0.5, -0.5]) / (0.57735 + 1e-4), atol=1e-4)  # unbiased std
+    assert torch.all(adv[4:] == 0)  # a group with one outcome teaches nothing
+    none = group_advantages(rewards, 4, "none")
+    assert torch.allclose(none[:4], torch.tensor([0.5, -0.5, 0.5, -0.5]))
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages(rewards, 3)
+
+
+def _info(score=0.0, success=False, cost=0.0, failures=0, events=(), truncated=None):
+    return {
+        "score": score,
+        "success": success,
+        "truncated_reason": truncated,
+        "events": list(events),
+        "ledger": {"cost": cost, "evolve_failures": failures},
+    }
+
+
+def test_reward_components_and_success_dominates():
+    c = RewardConfig()
+    solved_expensive = episode_reward(_info(1.0, True, cost=10**9, failures=9, events=[{"event": "tool_error"}] * 9), c)
+    unsolved_cheap = episode_reward(_info(0.99, False, cost=0), c)
+    assert solved_expensive["reward"] == pytest.approx(1.0)
+    assert solved_expensive["reward"] > unsolved_cheap["reward"]
+    parts = episode_reward(
+        _info(0.5, False, cost=100_000, failures=1, events=[{"event": "malformed_action"}], truncated="context_window"),
+        c,
+    )
+    assert parts == pytest.approx(
+        {
+            "score": 0.5,
+            "success": 0.0,
+            "cost": -0.1,
+            "evolve_failures": -0.05,
+            "malformed_calls": -0.025,
+            "context_window": -0.2,
+            "reward": 0.125,
+        }
+    )
+    with pytest.raises(ValueError, match="must be >= 0"):
+        RewardConfig(cost_weight=-1)
+
+
+# -- loss normalisation: segments must not weigh an episode -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_trainer(tmp_path_factory):
+    path = resolve_model("tiny")
+    args = CompactionGRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("norm")),
+        use_cpu=True,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=8,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        eval_strategy="no",
+    )
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return CompactionGRPOTrainer(model, args, processing_class=AutoTokenizer.from_pretrained(path))
+
+
+def _grad_of(trainer, rows):
+    from rl_compaction.segments import Segment
+
+    trainer.model.zero_grad()
+    batch = trainer._rows_to_tensors([(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in rows], "cpu")
+    loss = trainer._compute_loss(trainer.model, batch)
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+
+
+def test_one_row_and_the_same_tokens_in_two_segments_give_the_same_gradient(tiny_trainer):
+    prompt, c1, tool, c2 = [5, 6, 7, 8], [20, 21, 22], [30, 31], [23, 24]
+    one_row = [(prompt, c1 + tool + c2, [1, 1, 1, 0, 0, 1, 1], 1.0)]
+    two_rows = [(prompt, c1, [1, 1, 1], 1.0), (prompt + c1 + tool, c2, [1, 1], 1.0)]
+    g1, g2 = _grad_of(tiny_trainer, one_row), _grad_of(tiny_trainer, two_rows)
+    # Equal up to the numerical effect of left padding (the two-row batch pads its shorter prompt).
+    assert (g1 - g2).norm() / g1.norm() < 0.01
+    # A per-row mean would give the short second segment the weight of a whole episode.
+    tiny_trainer.loss_type = "grpo"
+    try:
+        assert (_grad_of(tiny_trainer, two_rows) - g1).norm() / g1.norm() > 0.1
+    finally:
+        tiny_trainer.loss_type = "dapo"
+
+
+def test_per_row_losses_are_rejected_in_config(tmp_path):
+    with pytest.raises(ValueError, match="number of segments"):
+        CompactionGRPOConfig(output_dir=str(tmp_path), loss_type="grpo", use_cpu=True)
+
+
+# -- a real run: checkpoint, resume, W&B offline -----------------------------------------------------
+
+
+def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    out = tmp_path / "run"
+    common = ["--config", TINY_CONFIG, "--output_dir", str(out), "--save_steps", "1", "--report_to", "wandb"]
+    train_main([*common, "--max_steps", "2"])
+    assert (out / "checkpoint-2" / "trainer_state.json").exists()
+    assert (out / "model.safetensors").exists()
+    train_main([*common, "--max_steps", "3", "--resume_from_checkpoint", str(out / "checkpoint-2")])
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    steps = [h["step"] for h in state["log_history"] if "reward/reward" in h]
+    assert steps == [1, 2, 3]  # the history of the first run is carried on
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert runs and all(list(r.glob("*.wandb")) for r in runs)
+    logged = {k for h in state["log_history"] for k in h}
+    assert {
+        "reward/score",
+        "reward/cost",
+        "success",
+        "cost/total",
+        "cached_share",
+        "peak_context",
+        "compactions",
+        "evolve_failures",
+        "segments_per_episode",
+    } <= logged
+
+
+# -- learning test ----------------------------------------------------------------------------------------
+
+
+def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
+    """Reward = share of sampled tokens with an id below 1000 (about 40% for the random model).
+    A sign error would drive it down, a mask that hides the model's tokens would leave it flat."""
+    path = resolve_model("tiny")
+    args = CompactionGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        seed=0,
+        families=["probe"],
+        difficulty_scale=0.06,
+        difficulty_level=1,
+        context_window=6000,
+        max_turns=1,
+        train_tasks=64,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        max_completion_length=16,
+        learning_rate=1e-2,
+        lr_scheduler_type="constant",
+        loss_type="dapo",
+        beta=0.0,
+        max_steps=14,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        gradient_checkpointing=False,
+        eval_strategy="no",
+    )
+
+    def low_ids(record):
+        ids = [t for inv in record.invocations for t in inv.completion_ids]
+        return {"reward": sum(t < 1000 for t in ids) / max(1, len(ids))}
+
+    trainer = CompactionGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(path),
+        args,
+        processing_class=AutoTokenizer.from_pretrained(path),
+        reward_fn=low_ids,
+    )
+    trainer.train()
+    rewards = [h["reward/reward"] for h in trainer.state.log_history if "reward/reward" in h]
+    assert len(rewards) == 14
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert last > first + 0.12, rewards
