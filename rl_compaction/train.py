@@ -10,6 +10,7 @@ override it. The model is any local path or a name `rl_compaction.models.resolve
 
 from __future__ import annotations
 
+import os
 import sys
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -38,9 +39,16 @@ def main(argv: list[str] | None = None) -> None:
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    if "wandb" in (args.report_to or []) and not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
     trainer = build_trainer(args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
+    if "wandb" in (args.report_to or []):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
     if trainer.accelerator.is_main_process:
         print(f"saved the trained model to {args.output_dir}")
 

@@ -163,7 +163,11 @@ def test_per_row_losses_are_rejected_in_config(tmp_path):
 
 
 def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
+    import wandb
+
+    wandb.teardown()  # settings of an earlier run in this process must not leak into this one
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     out = tmp_path / "run"
     common = ["--config", TINY_CONFIG, "--output_dir", str(out), "--save_steps", "1", "--report_to", "wandb"]
@@ -176,7 +180,7 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     steps = [h["step"] for h in state["log_history"] if "reward/reward" in h]
     assert steps == [1, 2, 3]  # the history of the first run is carried on
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert runs and all(list(r.glob("*.wandb")) for r in runs)
+    assert len(runs) == 2 and all(list(r.glob("*.wandb")) for r in runs)  # offline with no account
     logged = {k for h in state["log_history"] for k in h}
     assert {
         "reward/score",
