@@ -342,10 +342,15 @@ class ChatTemplateCounter(TokenCounter):
 
 
 def get_counter(name: str) -> TokenCounter:
-    """A counter by name: "o200k_base" or "cl100k_base" (tiktoken estimate), or "hf:PATH" /
-    an existing directory (a local tokenizer with a chat template; never downloads)."""
+    """A counter by name: "o200k_base" or "cl100k_base" (tiktoken estimate), a known model name
+    (`rl_compaction.models.KNOWN_MODELS`), or "hf:PATH" / an existing directory (a local tokenizer
+    with a chat template; never downloads)."""
     if name in OFFLINE_ENCODINGS:
         return TiktokenCounter(name)
+    from rl_compaction.models import KNOWN_MODELS, resolve_model
+
+    if name in KNOWN_MODELS:
+        name = str(resolve_model(name))
     is_hf = name.startswith("hf:")
     path = name[3:] if is_hf else name
     if is_hf or (name and Path(name).is_dir()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -255,14 +256,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from rl_compaction.quickstart import run_quickstart
+
+    try:
+        output_dir = args.output_dir or time.strftime("runs/quickstart-%Y%m%d-%H%M%S")
+        result = run_quickstart(output_dir, grpo_steps=args.grpo_steps, eval_episodes=args.episodes)
+    except FileExistsError as e:
+        raise UsageError(str(e)) from None
+    print(result["table"])
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
+    print(f"\nstages: {times}\nepisodes: {result['episodes']}\nplot:     {result['plot']}")
+    return 0
+
+
 def cmd_demos(args: argparse.Namespace) -> int:
     from rl_compaction.demos import write_demos
 
     try:
-        write_demos(args.out_dir, args.families.split(","), args.episodes, args.strategies.split(","),
-                    split=args.split, scale=args.scale, level=args.level, context_window=args.context_window,
-                    compaction_threshold=args.compaction_threshold, tokenizer_name_or_path=args.tokenizer,
-                    first_seed=args.first_seed)
+        write_demos(
+            args.out_dir,
+            args.families.split(","),
+            args.episodes,
+            args.strategies.split(","),
+            split=args.split,
+            scale=args.scale,
+            level=args.level,
+            context_window=args.context_window,
+            compaction_threshold=args.compaction_threshold,
+            tokenizer_name_or_path=args.tokenizer,
+            first_seed=args.first_seed,
+        )
     except (ValueError, KeyError) as e:
         raise UsageError(str(e).strip("'\"")) from None
     print((Path(args.out_dir) / "demos_summary.json").read_text(encoding="utf-8"))
@@ -317,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
     p.set_defaults(func=cmd_examples)
 
+    p = sub.add_parser("quickstart", help="the whole pipeline at toy scale on CPU: demos, SFT, GRPO, eval")
+    p.add_argument("--output-dir", default=None, help="default: runs/quickstart-<date>-<time>")
+    p.add_argument("--grpo-steps", type=int, default=4)
+    p.add_argument("--episodes", type=int, default=4, help="evaluation episodes per policy")
+    p.set_defaults(func=cmd_quickstart)
+
     p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")
     p.add_argument(
         "--policy",
@@ -358,8 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
-    p = sub.add_parser("sft", help="SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
-                       description="All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.")
+    p = sub.add_parser(
+        "sft",
+        help="SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
+        description="All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.",
+    )
     p.add_argument("sft_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
     p = sub.add_parser("demos", help="write oracle demonstrations (a datasets dataset of chat turns with tools)")

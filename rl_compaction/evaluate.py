@@ -40,6 +40,8 @@ class EvalConfig:
     strategy: default strategy for specs without ``@STRATEGY``.
     max_new_tokens / temperature: sampling for model policies; batch_size: episodes per batch.
     base_url / api: for ``openai:`` policies ("chat" or "responses").
+    tokenizer: the units of window, threshold and cost for every policy of the run (a tiktoken
+        encoding, a model name or a model directory): pass the evaluated model's to count in its tokens.
     """
 
     policies: list[str]
