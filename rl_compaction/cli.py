@@ -374,7 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--batch-size", type=int, default=4, help="episodes run together (one batched model call)")
-    p.add_argument("--base-url", default=None, help="for openai: policies (default: the OpenAI API)")
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help="for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)",
+    )
     p.add_argument("--api", default="chat", choices=("chat", "responses"))
     p.add_argument("--output-dir", default="runs/eval")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/episodes.jsonl")

@@ -1,7 +1,8 @@
 """`rl-compaction eval`: compare policies on held-out tasks with the same accounting.
 
 A policy spec is ``oracle`` (the task's scripted oracle), ``openai:MODEL`` (any
-OpenAI-compatible endpoint) or a local model (a path, ``smollm2-135m``, ``tiny``), optionally
+OpenAI-compatible endpoint), ``vllm:MODEL`` (vLLM on a GPU: in-process, or a ``trl vllm-serve``
+server with ``--base-url``) or a local transformers model (a path, ``smollm2-135m``, ``tiny``), optionally
 followed by ``@STRATEGY``: ``evolve`` (the agent is asked to compact itself at the threshold),
 ``none``, ``sliding_window``, ``clear_tool_outputs``, or ``summary`` (the model writes a summary
 at the threshold; model policies only). Every episode goes to ``episodes.jsonl``; the summary to
@@ -81,6 +82,15 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
         return OracleScriptedPolicy(strategy)
     if strategy not in MODEL_STRATEGIES:
         raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+    if name.startswith("vllm:"):
+        from rl_compaction.policies.vllm import VLLMPolicy
+
+        return VLLMPolicy(
+            name.removeprefix("vllm:"),
+            base_url=config.base_url,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+        )
     if name.startswith("openai:"):
         from rl_compaction.policies.openai_http import OpenAIPolicy
 

@@ -37,7 +37,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
 from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.policies.base import Policy, Turn
+from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 from rl_compaction.reward import RewardConfig, episode_reward
 from rl_compaction.rollout import EpisodeRecord, rollout
 from rl_compaction.segments import Segment, build_segments
@@ -146,36 +146,19 @@ class TRLGenerationPolicy(Policy):
     weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
 
     def __init__(self, trainer: GRPOTrainer):
-        from rl_compaction import chat_format
-
-        self.trainer, self.chat_format = trainer, chat_format
-        self.tokenizer = trainer.processing_class
-        self.name = "trl"
+        self.trainer, self.tokenizer, self.name = trainer, trainer.processing_class, "trl"
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        from rl_compaction import chat_format
+
         prompts = [
-            self.chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
+            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
         ]
         if not prompts:  # this process is done but others are not: join the collective generation
             self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
             return []
         completions, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
-        turns = []
-        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            completion = list(completion)
-            text = self.tokenizer.decode(completion, skip_special_tokens=False)
-            parsed = self.chat_format.parse_completion(text, self.tokenizer)
-            turns.append(
-                Turn(
-                    items=parsed.items,
-                    text=text,
-                    prompt_ids=prompt,
-                    completion_ids=completion,
-                    logprobs=list(logprobs[i]) if logprobs is not None else None,
-                    extra={"parse_error": parsed.error},
-                )
-            )
-        return turns
+        return turns_from_ids(self.tokenizer, prompts, completions, logprobs)
 
 
 class CompactionGRPOTrainer(GRPOTrainer):

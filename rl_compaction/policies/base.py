@@ -65,3 +65,37 @@ class ScriptedPolicy(ABC):
     @abstractmethod
     def act_env(self, env: Any, observation: dict[str, Any]) -> Turn:
         """The next turn for `env`, whose current observation is `observation`."""
+
+
+def turns_from_ids(
+    tokenizer: Any,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    logprobs: list[list[float]] | None,
+    latency_s: float = 0.0,
+    stop_ids: set[int] | None = None,
+) -> list[Turn]:
+    """Turns from token-level generation (any local backend): decode the sampled ids, parse them
+    into Responses items with the model's chat format, keep ids and logprobs exactly."""
+    from rl_compaction import chat_format
+
+    turns = []
+    for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        completion = list(completion)
+        text = tokenizer.decode(completion, skip_special_tokens=False)
+        parsed = chat_format.parse_completion(text, tokenizer)
+        extra: dict[str, Any] = {"parse_error": parsed.error}
+        if stop_ids is not None:
+            extra["finish_reason"] = "stop" if completion and completion[-1] in stop_ids else "length"
+        turns.append(
+            Turn(
+                items=parsed.items,
+                text=text,
+                prompt_ids=list(prompt),
+                completion_ids=completion,
+                logprobs=list(logprobs[i]) if logprobs is not None else None,
+                latency_s=latency_s,
+                extra=extra,
+            )
+        )
+    return turns

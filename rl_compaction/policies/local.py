@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rl_compaction import chat_format
-from rl_compaction.policies.base import Policy, Turn
+from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 
 
 class TransformersPolicy(Policy):
@@ -107,26 +107,12 @@ class TransformersPolicy(Policy):
         logits = torch.stack(out.logits, dim=1).float().cpu()
         scale = self.temperature if self.do_sample else 1.0
         logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        elapsed = time.perf_counter() - started
-        turns = []
-        for i, prompt in enumerate(prompts):
+        completions, logprobs = [], []
+        for i in range(len(prompts)):
             ids = new[i].tolist()
             end = next((j + 1 for j, t in enumerate(ids) if t in self.stop_ids), len(ids))
-            completion = ids[:end]
-            text = self.tokenizer.decode(completion, skip_special_tokens=False)
-            parsed = chat_format.parse_completion(text, self.tokenizer)
-            turns.append(
-                Turn(
-                    items=parsed.items,
-                    text=text,
-                    prompt_ids=prompt,
-                    completion_ids=completion,
-                    logprobs=logps[i, :end].tolist(),
-                    latency_s=elapsed,
-                    extra={
-                        "finish_reason": "stop" if completion and completion[-1] in self.stop_ids else "length",
-                        "parse_error": parsed.error,
-                    },
-                )
-            )
-        return turns
+            completions.append(ids[:end])
+            logprobs.append(logps[i, :end].tolist())
+        return turns_from_ids(
+            self.tokenizer, prompts, completions, logprobs, time.perf_counter() - started, self.stop_ids
+        )
