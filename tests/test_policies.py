@@ -55,7 +55,7 @@ def test_batched_turns_carry_exact_prompt_ids_sampled_ids_and_logprobs(policy):
 def test_rollout_records_line_up_with_the_env_ledger_and_segments(policy):
     envs = make_envs(2, policy.tokenizer)
     records = rollout(policy, envs, [0, 0])
-    for record, env in zip(records, envs, strict=True):
+    for record in records:
         assert record.info["truncated_reason"] == "max_turns" and len(record.invocations) == 3
         rows = record.info["ledger_rows"]
         assert [r["input_tokens"] for r in rows] == [len(inv.prompt_ids) for inv in record.invocations]
