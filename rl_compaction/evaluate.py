@@ -23,7 +23,7 @@ from rl_compaction.accounting import load_presets
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
-from rl_compaction.reports import progress_bar, wilson_interval
+from rl_compaction.reports import progress_bar, render_table, wilson_interval
 from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
 from rl_compaction.tasks import Difficulty
@@ -242,13 +242,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['mean_wall_s']:.1f}",
             ]
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        for row in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table(table)
 
 
 def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:

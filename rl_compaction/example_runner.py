@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rl_compaction.accounting import TokenCounter, edit_metrics
 from rl_compaction.evolve import EVOLVE_TOOL, system_message
+from rl_compaction.reports import render_table
 from rl_compaction.sandbox import run_evolve
 from rl_compaction.state import StateError, load_state, validate_state
 
@@ -101,10 +102,4 @@ def format_table(results: list[ExampleResult]) -> str:
                 for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost", "compaction_cost")
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table(rows, left=2)

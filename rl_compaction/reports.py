@@ -34,6 +34,17 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def render_table(rows: list[list[str]], left: int = 1) -> str:
+    """Aligned text table: the first row is the header; the first `left` columns are left-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate end-of-episode infos (`CompactionEnv.summary`) into one row of figures."""
     n = len(infos)
@@ -83,13 +94,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                 f"{r['truncated']}/{r['episodes']}",
             ]
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        for row in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table(table)
 
 
 def oracle_table(family: str, split: str, window: int, results: dict[str, list[dict[str, Any]]]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -79,6 +80,19 @@ class Oracle(ABC):
     It never reads the generator's hidden truth: it parses the tool outputs present in the
     State, so when compaction has removed a fact it must fetch it again or fail.
     """
+
+    #: how many call ids this oracle has handed out (its only memory besides the State)
+    calls_made: int = 0
+
+    def function_call(self, state: State, name: str, arguments: dict[str, Any], prefix: str = "call_") -> dict:
+        """A function_call item with a call_id (`prefix` + counter) unused in `state` and by this oracle."""
+        used = {item.get("call_id") for item in state}
+        while True:
+            self.calls_made += 1
+            call_id = f"{prefix}{self.calls_made}"
+            if call_id not in used:
+                break
+        return {"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
 
     @abstractmethod
     def act(self, state: State) -> list[dict[str, Any]]:
@@ -160,6 +174,23 @@ def get_family(name: str) -> TaskFamily:
         known = ", ".join(sorted(eps)) or "none (is the package installed?)"
         raise KeyError(f"unknown task family {name!r}; registered: {known}")
     return eps[name].load()()
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def parse_json_answer(answer: Any) -> dict[str, Any] | None:
+    """A submitted answer as a JSON object (a surrounding markdown code fence is tolerated), or None."""
+    if not isinstance(answer, str):
+        return None
+    text = answer.strip()
+    if m := _FENCE.match(text):
+        text = m.group(1)
+    try:
+        parsed = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def tool_arguments(item: dict[str, Any]) -> dict[str, Any]:

@@ -239,17 +239,8 @@ class CodebaseOracle(Oracle):
     spec, re-run tests after each edit, submit when none fail. Keeps no facts between calls, only a
     call counter."""
 
-    def __init__(self) -> None:
-        self._n = 0
-
     def _call(self, state: State, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
-        used = {it.get("call_id") for it in state}
-        while True:
-            self._n += 1
-            cid = f"call_{self._n}"
-            if cid not in used:
-                break
-        return [{"type": "function_call", "call_id": cid, "name": name, "arguments": json.dumps(args)}]
+        return [self.function_call(state, name, args)]
 
     def act(self, state: State) -> list[dict[str, Any]]:
         a = analyse(state)

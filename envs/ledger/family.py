@@ -8,7 +8,6 @@ rate, or loses one record's exact amount gets ids or the balance wrong.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from decimal import Decimal, InvalidOperation
@@ -24,7 +23,16 @@ from envs.ledger.model import (
 )
 from envs.ledger.oracle import LedgerOracle
 from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Oracle, Task, TaskFamily, ToolError, function_tool, split_seed
+from rl_compaction.tasks import (
+    Difficulty,
+    Oracle,
+    Task,
+    TaskFamily,
+    ToolError,
+    function_tool,
+    parse_json_answer,
+    split_seed,
+)
 
 ID_WEIGHT = 0.6  # share of the score for the discrepancy ids (F1); the rest is the exact balance
 
@@ -154,22 +162,13 @@ class LedgerTask(Task):
 
 
 _BALANCE_RE = re.compile(r"^-?\d+\.\d{2}$")
-_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def parse_answer(answer: Any) -> tuple[set[str], Decimal | None] | None:
     """(reported ids, balance or None if malformed) from a submitted answer; None if the answer
     is not a JSON object. A surrounding markdown code fence is tolerated; non-string ids are ignored."""
-    if not isinstance(answer, str):
-        return None
-    text = answer.strip()
-    if m := _FENCE_RE.match(text):
-        text = m.group(1)
-    try:
-        parsed = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    if not isinstance(parsed, dict):
+    parsed = parse_json_answer(answer)
+    if parsed is None:
         return None
     raw_ids = parsed.get("discrepancies")
     ids = {i.strip().upper() for i in raw_ids if isinstance(i, str)} if isinstance(raw_ids, list) else set()

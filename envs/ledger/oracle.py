@@ -263,17 +263,8 @@ class LedgerOracle(Oracle):
     """Reads every statement and ledger page (interleaved), then submits the reconciliation
     computed from the State. Keeps only a counter for unique call ids."""
 
-    def __init__(self) -> None:
-        self._calls = 0
-
     def _call(self, state: State, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        used = {item.get("call_id") for item in state}
-        while True:
-            self._calls += 1
-            call_id = f"{CALL_PREFIX}{self._calls}"
-            if call_id not in used:
-                break
-        return {"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
+        return self.function_call(state, name, arguments, prefix=CALL_PREFIX)
 
     def act(self, state: State) -> list[dict[str, Any]]:
         view = read_state(state)

@@ -9,17 +9,24 @@ batch gets the answer wrong.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import random
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from envs.probe import stream
 from envs.probe.oracle import ProbeOracle
 from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Oracle, Task, TaskFamily, ToolError, function_tool, split_seed
+from rl_compaction.tasks import (
+    Difficulty,
+    Oracle,
+    Task,
+    TaskFamily,
+    ToolError,
+    function_tool,
+    parse_json_answer,
+    split_seed,
+)
 
 # Keys are LETTER DIGIT LETTER (no I or O, which read like 1 and 0). The first letter is
 # split-specific, so no key of one split can occur in another.
@@ -133,7 +140,7 @@ class ProbeTask(Task):
 
     def score(self, answer: str) -> float:
         """Fraction of tracked keys whose submitted total is exactly right; 0 if unparsable."""
-        parsed = _parse_answer(answer)
+        parsed = parse_json_answer(answer)
         if parsed is None:
             return 0.0
         right = sum(1 for k, v in self._expected.items() if _is_int(parsed.get(k)) and parsed[k] == v)
@@ -145,23 +152,6 @@ class ProbeTask(Task):
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
-def _parse_answer(answer: Any) -> dict[str, Any] | None:
-    """The submitted JSON object (a surrounding markdown code fence is tolerated), or None."""
-    if not isinstance(answer, str):
-        return None
-    text = answer.strip()
-    if m := _FENCE_RE.match(text):
-        text = m.group(1)
-    try:
-        parsed = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 def _near_misses(rng: random.Random, tracked: list[str], pool: set[str], count: int) -> list[str]:

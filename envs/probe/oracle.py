@@ -10,7 +10,6 @@ compaction keeps destroying it, so the oracle gives up and submits its best part
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -22,7 +21,6 @@ from rl_compaction.state import State, text_of
 from rl_compaction.tasks import Oracle
 
 MAX_FETCHES = 3
-_CALL_ID_RE = re.compile(r"^call_(\d+)$")
 
 
 @dataclass
@@ -68,26 +66,15 @@ def read_state(state: State) -> StreamView:
 class ProbeOracle(Oracle):
     """Context-bound scripted solver for probe tasks."""
 
-    def __init__(self) -> None:
-        self._calls = 0
-
-    def _call(self, state: State, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        # Unique across the episode, and never clashing with an id already in the State.
-        taken = [int(m.group(1)) for it in state if (m := _CALL_ID_RE.match(str(it.get("call_id", ""))))]
-        self._calls = max([self._calls, *(n + 1 for n in taken)])
-        call_id = f"call_{self._calls}"
-        self._calls += 1
-        return {"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
-
     def act(self, state: State) -> list[dict[str, Any]]:
         view = read_state(state)
         if view.keys is None:  # the task statement is gone: nothing can be answered correctly
-            return [self._call(state, "submit", {"answer": "{}"})]
+            return [self.function_call(state, "submit", {"answer": "{}"})]
         index = view.next_missing()
         if index is None or view.fetches[index] >= MAX_FETCHES:
             answer = json.dumps(stream.totals(view.keys, view.batches))
-            return [self._call(state, "submit", {"answer": answer})]
-        return [self._call(state, "next_batch", {"index": index})]
+            return [self.function_call(state, "submit", {"answer": answer})]
+        return [self.function_call(state, "next_batch", {"index": index})]
 
     def evolve_code(self, state: State) -> str:
         """Keep the task statement, END and the newest complete copy of each batch cut to the

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import re
 from typing import Any, ClassVar
 
 from envs.research.oracle import ResearchOracle
@@ -21,7 +20,16 @@ from envs.research.pools import POOLS
 from envs.research.text import TASK_MARKER, normalize_answer
 from envs.research.world import MAX_RESULTS, World
 from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Oracle, Task, TaskFamily, ToolError, function_tool, split_seed
+from rl_compaction.tasks import (
+    Difficulty,
+    Oracle,
+    Task,
+    TaskFamily,
+    ToolError,
+    function_tool,
+    parse_json_answer,
+    split_seed,
+)
 
 MAX_QUERY_CHARS = 300
 
@@ -118,7 +126,7 @@ class ResearchTask(Task):
 
     def score(self, answer: str) -> float:
         """Fraction of questions answered exactly (after `normalize_answer`); 0 if unparsable."""
-        parsed = _parse_answer(answer)
+        parsed = parse_json_answer(answer)
         if parsed is None:
             return 0.0
         expected = self._world.answers
@@ -131,23 +139,6 @@ class ResearchTask(Task):
 
     def oracle(self) -> Oracle:
         return ResearchOracle()
-
-
-_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
-def _parse_answer(answer: Any) -> dict[str, Any] | None:
-    """The submitted JSON object (a surrounding markdown code fence is tolerated), or None."""
-    if not isinstance(answer, str):
-        return None
-    text = answer.strip()
-    if m := _FENCE_RE.match(text):
-        text = m.group(1)
-    try:
-        parsed = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 class ResearchFamily(TaskFamily):

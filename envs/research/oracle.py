@@ -34,7 +34,6 @@ from rl_compaction.tasks import Oracle
 
 MAX_FETCHES = 3
 MAX_CALLS = 600  # a last guard: past this many calls the oracle submits what it has
-_CALL_ID_RE = re.compile(r"^call_(\d+)$")
 _DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}) ")
 
 EVOLVE_TEMPLATE = files("envs.research").joinpath("evolve.js").read_text(encoding="utf-8")
@@ -156,27 +155,16 @@ def walk(view: View) -> Walk:
 class ResearchOracle(Oracle):
     """Context-bound scripted solver for research tasks."""
 
-    def __init__(self) -> None:
-        self._calls = 0
-
-    def _call(self, state: State, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        # Unique across the episode, and never clashing with an id already in the State.
-        taken = [int(m.group(1)) for it in state if (m := _CALL_ID_RE.match(str(it.get("call_id", ""))))]
-        self._calls = max([self._calls, *(n + 1 for n in taken)])
-        call_id = f"call_{self._calls}"
-        self._calls += 1
-        return {"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
-
     def act(self, state: State) -> list[dict[str, Any]]:
         view = read_state(state)
         if view.questions is None:  # the task statement is gone: nothing can be answered
-            return [self._call(state, "submit", {"answer": "{}"})]
+            return [self.function_call(state, "submit", {"answer": "{}"})]
         result = walk(view)
-        if result.need is None or self._calls >= MAX_CALLS:
+        if result.need is None or self.calls_made >= MAX_CALLS:
             answer = {q.qid: result.answers.get(q.qid, "") for q in view.questions}
-            return [self._call(state, "submit", {"answer": json.dumps(answer)})]
+            return [self.function_call(state, "submit", {"answer": json.dumps(answer)})]
         tool, args = result.need
-        return [self._call(state, tool, args)]
+        return [self.function_call(state, tool, args)]
 
     def evolve_code(self, state: State) -> str:
         """Keep the task statement, the search results and pages the hops use (pages cut to their
