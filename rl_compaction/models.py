@@ -249,11 +249,27 @@ def fetch_model(name: str, dest: Path | None = None, *, force: bool = False) -> 
     return dest
 
 
+def _cached_hub_snapshot(repo_id: str) -> Path:
+    """The snapshot of `repo_id` in the local Hugging Face cache (no network: local_files_only)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise FileNotFoundError(
+            f"{repo_id!r} is not in the local Hugging Face cache and this project never downloads at run time; "
+            f"download it once beforehand (`hf download {repo_id}`) or pass a local directory"
+        ) from None
+
+
 def resolve_model(name_or_path: str) -> Path:
-    """The local folder for a model path or a `KNOWN_MODELS` name; never contacts any hub.
+    """The local folder for a model path, a `KNOWN_MODELS` name or a Hugging Face repo id already in
+    the local HF cache; never contacts any hub.
 
     An existing directory is returned as is. ``smollm2-135m`` must have been fetched first
-    (FileNotFoundError says how); ``tiny`` / ``tiny-llama3`` are built into the cache on first use.
+    (FileNotFoundError says how); ``tiny`` / ``tiny-llama3`` are built into the cache on first use;
+    ``org/name`` resolves to its cached snapshot (download it beforehand, e.g. on a GPU box).
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
@@ -261,6 +277,8 @@ def resolve_model(name_or_path: str) -> Path:
     if path.exists():
         raise ValueError(f"{name_or_path} is a file; a model is a directory or one of: {_known_names()}")
     spec = KNOWN_MODELS.get(name_or_path)
+    if spec is None and name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~")):
+        return _cached_hub_snapshot(name_or_path)
     if spec is None:
         raise ValueError(
             f"{name_or_path!r} is neither an existing model directory nor a known model name; "

