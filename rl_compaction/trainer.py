@@ -83,6 +83,17 @@ class CompactionGRPOConfig(GRPOConfig):
             )
         if self.importance_sampling_level != "token":
             raise ValueError("importance_sampling_level must be 'token' (a segment is not a whole sequence)")
+        if (
+            self.use_vllm
+            and self.vllm_importance_sampling_correction
+            and (self.vllm_importance_sampling_mode != "token_truncate")
+        ):
+            raise ValueError(
+                "vllm_importance_sampling_mode must be 'token_truncate': the ratio is applied per sampled token "
+                "(a segment is not a whole sequence)"
+            )
+        if self.log_completions:
+            raise ValueError("log_completions logs TRL's single-turn completions; use log_episodes for episodes")
         if self.family_weights is not None and len(self.family_weights) != len(self.families):
             raise ValueError("family_weights needs one weight per family")
         _ = self.reward_config  # validates the reward weights now, not at the first step
@@ -198,7 +209,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         from rl_compaction.accounting import ChatTemplateCounter
 
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
-        self.counter = ChatTemplateCounter(self.processing_class)
+        self.counter = ChatTemplateCounter(self.processing_class, template_kwargs=args.chat_template_kwargs)
         self.last_records: list[EpisodeRecord] = []
         self.reward_fn = reward_fn or (lambda record: episode_reward(record.info, args.reward_config))
 
