@@ -20,6 +20,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rl_compaction.tiny import build_tiny_tokenizer
 
@@ -331,3 +332,18 @@ def build_tiny_model(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
     return path
+
+
+def load_pretrained(name_or_path: str, *, dtype: Any = None, attn_implementation: str | None = None) -> tuple:
+    """(model, tokenizer) of a model `resolve_model` finds, from local files only; a tokenizer
+    without a pad token pads with its eos token (batched generation and training need one)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, dtype=dtype or "auto", attn_implementation=attn_implementation
+    )
+    return model, tokenizer

@@ -40,12 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, load_from_disk
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction import chat_format
 from rl_compaction.demos import row_observation
-from rl_compaction.models import resolve_model
+from rl_compaction.models import load_pretrained
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
 _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
@@ -159,15 +158,8 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     args.completion_only_loss = True
     if model_args.model_name_or_path is None:
         raise ValueError("model_name_or_path is required")
-    path = resolve_model(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        local_files_only=True,
-        dtype=model_args.dtype or "auto",
-        attn_implementation=model_args.attn_implementation,
+    model, tokenizer = load_pretrained(
+        model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
     train_dataset = prepare_dataset(load_demos(script_args.dataset_dir), tokenizer, args.max_length)
     return SFTTrainer(

@@ -13,23 +13,15 @@ from __future__ import annotations
 import os
 import sys
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from rl_compaction.models import resolve_model
+from rl_compaction.models import load_pretrained
 from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 
 
 def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> CompactionGRPOTrainer:
-    path = resolve_model(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        local_files_only=True,
-        dtype=model_args.dtype or "auto",
-        attn_implementation=model_args.attn_implementation,
+    model, tokenizer = load_pretrained(
+        model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
     return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
 

@@ -36,16 +36,14 @@ class TransformersPolicy(Policy):
         dtype: str | torch.dtype | None = None,
         name: str | None = None,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if isinstance(model, (str, Path)):
-            from rl_compaction.models import resolve_model
+            from rl_compaction.models import load_pretrained
 
-            path = resolve_model(str(model))
             name = name or str(model)
-            torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype or "auto", local_files_only=True)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model, loaded_tokenizer = load_pretrained(
+                str(model), dtype=getattr(torch, dtype) if isinstance(dtype, str) else dtype
+            )
+            tokenizer = tokenizer or loaded_tokenizer
         if tokenizer is None:
             raise ValueError("a tokenizer is needed when the model is passed as an object")
         if temperature <= 0 and do_sample:
