@@ -378,7 +378,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         )
         self._metrics[mode]["trained_tokens"].append(float(trained))
         if mode == "train" and self.accelerator.is_main_process and self.args.log_episodes:
-            self._log_episode_table(records[: self.args.log_episodes], rewards)
+            self._log_episode_table(records[: self.args.log_episodes], rewards[: self.args.log_episodes])
 
     def _log_episode_table(self, records: list[EpisodeRecord], rewards: list[dict[str, float]]) -> None:
         """A W&B table of sample episodes: evolve code and the State before and after each edit."""

@@ -170,7 +170,18 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     out = tmp_path / "run"
-    common = ["--config", TINY_CONFIG, "--output_dir", str(out), "--save_steps", "1", "--report_to", "wandb"]
+    common = [
+        "--config",
+        TINY_CONFIG,
+        "--output_dir",
+        str(out),
+        "--save_steps",
+        "1",
+        "--report_to",
+        "wandb",
+        "--log_episodes",
+        "2",
+    ]
     train_main([*common, "--max_steps", "2"])
     assert (out / "checkpoint-2" / "trainer_state.json").exists()
     assert (out / "model.safetensors").exists()
@@ -181,6 +192,12 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     assert steps == [1, 2, 3]  # the history of the first run is carried on
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(list(r.glob("*.wandb")) for r in runs)  # offline with no account
+    tables = list(runs[0].glob("files/media/table/episodes_*.table.json"))
+    assert tables and json.loads(tables[0].read_text())["columns"][-3:] == [
+        "evolve_code",
+        "state_before",
+        "state_after",
+    ]
     logged = {k for h in state["log_history"] for k in h}
     assert {
         "reward/score",
