@@ -299,13 +299,14 @@ class CompactionEnv(gym.Env):
         if problems:
             self.events.append({"turn": self.turn, "event": "malformed_action", "detail": problems})
 
-        evolve_alone = len(calls) == 1 and not texts
+        # The design's rule: evolve is the only *call* of its turn (text beside it is fine).
+        evolve_alone = len(calls) == 1
         for i, (call, args, error) in enumerate(calls):
             name = call["name"]
             if error is None and name not in self.tool_names:
                 error = f"unknown tool {name!r}; available: {', '.join(sorted(self.tool_names))}"
             if error is None and name == EVOLVE and not evolve_alone:
-                error = "evolve must be the only call in its turn, with no message beside it; nothing was changed"
+                error = "evolve must be the only tool call in its turn; nothing was changed"
             if error is None and name == "submit" and not isinstance(args.get("answer"), str):
                 error = "submit takes one argument: answer, a string"
             if error is not None:

@@ -58,7 +58,7 @@ def test_reset_is_deterministic_and_observation_is_the_model_input():
         ([call("next_batch", "[1]")], "not a JSON object"),
         (
             [call("evolve", {"code": "return state;"}), call("next_batch", {"index": 1}, "c2")],
-            "evolve must be the only call",
+            "evolve must be the only tool call",
         ),
         ([call("submit", {"answer": 5})], "submit takes one argument: answer, a string"),
         ([call("next_batch", {"index": -4})], "index"),
@@ -150,6 +150,15 @@ def test_compaction_request_is_appended_once_and_oracle_evolve_answers_it():
     assert requests and evolves and all(e["applied"] for e in evolves)
     assert info["success"]
     assert info["ledger"]["evolve_tokens"] > 0
+
+
+def test_text_beside_a_lone_evolve_call_is_allowed():
+    env = probe_env()
+    obs, _ = env.reset(seed=0)
+    note = {"role": "assistant", "content": "Compacting now."}
+    obs, *_ = env.step([note, call("evolve", {"code": "return state;"}, cid="ev1")])
+    assert json.loads(obs["state"][-1]["output"])["applied"] is True
+    assert obs["state"][-3] == {"type": "message", "role": "assistant", "content": "Compacting now."}
 
 
 def test_rejected_evolve_leaves_state_and_records_failure():
