@@ -21,6 +21,7 @@ token ids per rendered piece and `Ledger` keeps earlier requests in a hashed pre
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -408,7 +409,21 @@ def default_presets_path() -> Path:
 
 
 def _read_presets(path: str | Path | None) -> tuple[str, dict[str, CacheModel]]:
+    """Parsed once per file version: every env construction asks for the presets."""
     p = Path(path) if path is not None else default_presets_path()
+    try:
+        version = p.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise PresetError(f"accounting presets file not found: {p}") from None
+    except OSError as e:
+        raise PresetError(f"cannot read accounting presets {p}: {e}") from None
+    default, presets = _parse_presets(str(p), version)
+    return default, dict(presets)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_presets(path: str, version: int) -> tuple[str, dict[str, CacheModel]]:
+    p = Path(path)
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

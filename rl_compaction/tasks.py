@@ -8,6 +8,7 @@ opening context, tool results, a checker and a scripted, context-bound `Oracle`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -153,7 +154,9 @@ class TaskFamily(ABC):
         """Generate the task for `seed` in `split` (deterministic)."""
 
 
+@functools.cache
 def _entry_points() -> dict[str, Any]:
+    """Scanned once per process (installed plug-ins do not change while it runs)."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
