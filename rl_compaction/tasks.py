@@ -196,6 +196,25 @@ def parse_json_answer(answer: Any) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+def check_arguments(tool: str, arguments: Any, schema: dict[str, type]) -> dict[str, Any]:
+    """Return `arguments` if it holds exactly the keys of `schema` with those types (an int is
+    never a bool); otherwise raise the ToolError the agent reads."""
+    if not isinstance(arguments, dict):
+        raise ToolError(f"{tool}: arguments must be a JSON object")
+    expected = ", ".join(repr(k) for k in schema) or "no arguments"
+    extra = sorted(set(arguments) - set(schema))
+    if extra:
+        raise ToolError(f"{tool}: unexpected argument(s) {', '.join(extra)}; it takes only {expected}")
+    for key, kind in schema.items():
+        if key not in arguments:
+            raise ToolError(f"{tool}: missing required argument {key!r}")
+        value = arguments[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            wanted = {str: "a string", int: "an integer"}.get(kind, kind.__name__)
+            raise ToolError(f"{tool}: {key!r} must be {wanted}, got {type(value).__name__}")
+    return arguments
+
+
 def tool_arguments(item: dict[str, Any]) -> dict[str, Any]:
     """Parse a function_call's JSON arguments (an object), or raise ToolError."""
     try:

@@ -145,14 +145,14 @@ def test_bad_tool_calls_raise_clear_errors():
     n = task.n_batches
     cases = [
         ("read_batch", {"index": 1}, "unknown tool"),
-        ("next_batch", {}, "needs 'index'"),
+        ("next_batch", {}, "missing required argument 'index'"),
         ("next_batch", {"index": "1"}, "must be an integer"),
         ("next_batch", {"index": True}, "must be an integer"),
         ("next_batch", {"index": 1.0}, "must be an integer"),
         ("next_batch", {"index": 0}, "out of range"),
         ("next_batch", {"index": -3}, "out of range"),
         ("next_batch", {"index": n + 2}, f"has {n} batches"),
-        ("next_batch", {"index": 1, "page": 2}, "unexpected: page"),
+        ("next_batch", {"index": 1, "page": 2}, "unexpected argument\\(s\\) page"),
     ]
     for name, args, message in cases:
         with pytest.raises(ToolError, match=message):

@@ -127,11 +127,11 @@ def test_search_lists_every_page_of_an_exact_name_and_look_alikes():
     ("name", "args", "message"),
     [
         ("browse", {"url": "x"}, "unknown tool"),
-        ("search", {}, "needs 'query'"),
+        ("search", {}, "missing required argument 'query'"),
         ("search", {"query": 3}, "must be a string"),
         ("search", {"query": "   "}, "empty"),
         ("search", {"query": "x" * 301}, "limit"),
-        ("search", {"query": "a", "page": 2}, "unexpected: page"),
+        ("search", {"query": "a", "page": 2}, "unexpected argument\\(s\\) page"),
         ("open", {"url": "https://nowhere.example/"}, "no page at"),
         ("open", {"url": None}, "must be a string"),
         ("open", ["https://x"], "JSON object"),

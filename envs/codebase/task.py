@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Oracle, Task, ToolError, function_tool
+from rl_compaction.tasks import Difficulty, Oracle, Task, ToolError, check_arguments, function_tool
 
 from .generator import Repo
 from .oracle import CodebaseOracle
@@ -130,24 +130,8 @@ class CodebaseTask(Task):
         }
         if name not in handlers:
             raise ToolError(f"unknown tool {name!r}; available: {', '.join(handlers)}")
-        if not isinstance(arguments, dict):
-            raise ToolError(f"{name}: arguments must be a JSON object")
         fn, schema = handlers[name]
-        extra = sorted(set(arguments) - set(schema))
-        if extra:
-            raise ToolError(
-                f"{name}: unexpected argument(s) {', '.join(extra)}; expected: {', '.join(schema) or 'none'}"
-            )
-        for key, typ in schema.items():
-            if key not in arguments:
-                raise ToolError(f"{name}: missing required argument {key!r}")
-            value = arguments[key]
-            if not isinstance(value, typ) or isinstance(value, bool):
-                raise ToolError(
-                    f"{name}: argument {key!r} must be {'a string' if typ is str else 'an integer'}, "
-                    f"got {type(value).__name__}"
-                )
-        return fn(**arguments)
+        return fn(**check_arguments(name, arguments, schema))
 
     def score(self, answer: str) -> float:
         """Hidden-test score of the current files; the answer text itself is not graded."""

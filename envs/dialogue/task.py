@@ -15,7 +15,7 @@ from envs.dialogue.grammar import DAY_END, DAY_START, GRID, Requirements, parse_
 from envs.dialogue.oracle import DialogueOracle
 from envs.dialogue.pools import DAYS, POOLS
 from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Task, TaskFamily, ToolError, function_tool, split_seed
+from rl_compaction.tasks import Difficulty, Task, TaskFamily, ToolError, check_arguments, function_tool, split_seed
 
 INSTRUCTIONS = """\
 You are planning next week's meetings for a user who states the requirements over a long \
@@ -182,12 +182,12 @@ class DialogueTask(Task):
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name == "calendar":
-            day = _string_arg(name, arguments, "day")
+            day = check_arguments(name, arguments, {"day": str})["day"]
             if day not in DAYS:
                 raise ToolError(f"calendar: day must be one of {', '.join(DAYS)}, got {day!r}")
             return render_calendar(self.world, day)
         if name == "room_info":
-            room = _string_arg(name, arguments, "room")
+            room = check_arguments(name, arguments, {"room": str})["room"]
             if room not in self.world.rooms:
                 raise ToolError(f"room_info: unknown room {room!r}; rooms: {', '.join(self.world.rooms)}")
             return render_room(self.world.rooms[room])
@@ -201,20 +201,6 @@ class DialogueTask(Task):
 
     def oracle(self) -> DialogueOracle:
         return DialogueOracle()
-
-
-def _string_arg(tool: str, arguments: dict[str, Any], key: str) -> str:
-    if not isinstance(arguments, dict):
-        raise ToolError(f"{tool}: arguments must be a JSON object")
-    extra = sorted(set(arguments) - {key})
-    if extra:
-        raise ToolError(f"{tool}: unexpected argument(s) {', '.join(extra)}; it takes only {key!r}")
-    if key not in arguments:
-        raise ToolError(f"{tool}: missing required argument {key!r}")
-    value = arguments[key]
-    if not isinstance(value, str):
-        raise ToolError(f"{tool}: {key!r} must be a string, got {type(value).__name__}")
-    return value
 
 
 class DialogueFamily(TaskFamily):

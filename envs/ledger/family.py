@@ -29,6 +29,7 @@ from rl_compaction.tasks import (
     Task,
     TaskFamily,
     ToolError,
+    check_arguments,
     function_tool,
     parse_json_answer,
     split_seed,
@@ -116,27 +117,15 @@ class LedgerTask(Task):
         tools = [t["name"] for t in TOOLS]
         if name not in tools:
             raise ToolError(f"unknown tool {name!r}; this task's tools are {', '.join(tools)}")
-        if not isinstance(arguments, dict):
-            raise ToolError(f"{name} arguments must be a JSON object")
-        field = "id" if name == RECORD_TOOL else "page"
-        extra = sorted(set(arguments) - {field})
-        if extra:
-            raise ToolError(f"{name} takes only '{field}'; unexpected: {', '.join(extra)}")
-        if field not in arguments:
-            raise ToolError(f"{name} needs '{field}'")
-        value = arguments[field]
         if name == RECORD_TOOL:
-            return self._record(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ToolError(f"{name} 'page' must be an integer, got {type(value).__name__} {value!r}")
+            return self._record(check_arguments(name, arguments, {"id": str})["id"])
+        value = check_arguments(name, arguments, {"page": int})["page"]
         pages = self._instance.bank_pages if name == BANK_TOOL else self._instance.ledger_pages
         if not 1 <= value <= len(pages):
             raise ToolError(f"{name} page {value} is out of range: pages are 1 to {len(pages)}")
         return pages[value - 1]
 
-    def _record(self, value: Any) -> str:
-        if not isinstance(value, str):
-            raise ToolError(f"record 'id' must be a string, got {type(value).__name__} {value!r}")
+    def _record(self, value: str) -> str:
         rid = value.strip().upper()
         if not (BANK_ID_RE.match(rid) or LEDGER_ID_RE.match(rid)):
             raise ToolError(f"record id {value!r} is malformed: bank lines are B-nnnnnn, ledger entries L-nnnnn")

@@ -23,6 +23,7 @@ from rl_compaction.tasks import (
     Task,
     TaskFamily,
     ToolError,
+    check_arguments,
     function_tool,
     parse_json_answer,
     split_seed,
@@ -117,16 +118,7 @@ class ProbeTask(Task):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name != NEXT_BATCH_TOOL["name"]:
             raise ToolError(f"unknown tool {name!r}; this task's tool is next_batch")
-        if not isinstance(arguments, dict):
-            raise ToolError('next_batch arguments must be a JSON object like {"index": 1}')
-        extra = sorted(set(arguments) - {"index"})
-        if extra:
-            raise ToolError(f"next_batch takes only 'index'; unexpected: {', '.join(extra)}")
-        if "index" not in arguments:
-            raise ToolError("next_batch needs 'index' (an integer, starting at 1)")
-        index = arguments["index"]
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise ToolError(f"next_batch 'index' must be an integer, got {type(index).__name__} {index!r}")
+        index = check_arguments(name, arguments, {"index": int})["index"]
         if index < 1:
             raise ToolError(f"batch index {index} is out of range; batches start at 1")
         if index > self.n_batches + 1:

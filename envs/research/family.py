@@ -26,6 +26,7 @@ from rl_compaction.tasks import (
     Task,
     TaskFamily,
     ToolError,
+    check_arguments,
     function_tool,
     parse_json_answer,
     split_seed,
@@ -102,17 +103,8 @@ class ResearchTask(Task):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name not in ("search", "open"):
             raise ToolError(f"unknown tool {name!r}; this task's tools are search and open")
-        if not isinstance(arguments, dict):
-            raise ToolError(f"{name} arguments must be a JSON object")
         field = "query" if name == "search" else "url"
-        extra = sorted(set(arguments) - {field})
-        if extra:
-            raise ToolError(f"{name} takes only '{field}'; unexpected: {', '.join(extra)}")
-        if field not in arguments:
-            raise ToolError(f"{name} needs '{field}' (a string)")
-        value = arguments[field]
-        if not isinstance(value, str):
-            raise ToolError(f"{name} '{field}' must be a string, got {type(value).__name__}")
+        value = check_arguments(name, arguments, {field: str})[field]
         if name == "search":
             if not value.strip():
                 raise ToolError("search 'query' is empty")
