@@ -23,11 +23,10 @@ logging) and replace one method, `_generate_and_score_completions`:
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -417,23 +416,3 @@ class CompactionGRPOTrainer(GRPOTrainer):
                     json.dumps(after["state"], ensure_ascii=False)[:20_000],
                 )
         wandb.log({"episodes": table}, commit=False)
-
-
-def config_summary(args: CompactionGRPOConfig) -> dict[str, Any]:
-    """The settings worth printing at the start of a run."""
-    keys = (
-        "families",
-        "family_weights",
-        "num_generations",
-        "loss_type",
-        "beta",
-        "scale_rewards",
-        "context_window",
-        "max_turns",
-        "max_completion_length",
-        "learning_rate",
-        "max_steps",
-        "output_dir",
-    )
-    data = asdict(copy.copy(args))
-    return {k: data[k] for k in keys if k in data}
