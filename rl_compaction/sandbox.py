@@ -8,6 +8,7 @@ of plain JSON values. The context exposes only ECMAScript built-ins: no `require
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import time
@@ -18,6 +19,23 @@ import quickjs
 from rl_compaction.state import MAX_DEPTH, State
 
 KiB, MiB = 1024, 1024 * 1024
+
+
+def _check_engine() -> None:
+    """Refuse to run on the archived `quickjs` package: it also provides `import quickjs`, and its
+    2021 engine crashes the whole process on some out-of-memory paths (a memory bomb in evolve
+    code must fail the edit, not kill the trainer)."""
+    try:
+        importlib.metadata.version("quickjs")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    raise ImportError(
+        "the archived `quickjs` package is installed, and it shadows `quickjs-ng` (both provide "
+        "`import quickjs`); run: pip uninstall -y quickjs && pip install --force-reinstall quickjs-ng"
+    )
+
+
+_check_engine()
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,9 @@ def _describe(exc: Exception, limits: SandboxLimits, code_lines: int = 0) -> str
         return f"stack limit of {limits.stack_bytes // KiB} KiB exceeded (too deep recursion)"
     if first.startswith("InternalError: interrupted"):
         return f"time limit of {limits.time_s * 1000:g} ms exceeded"
-    if "out of memory" in first:
+    # QuickJS throws a bare null (or its internal "uninitialized" marker) when it runs out of memory
+    # while building the error object itself; a literal `throw null` in evolve code reads the same.
+    if "out of memory" in first or first in ("null", "[uninitialized]"):
         return f"memory limit of {limits.memory_bytes / MiB:g} MiB exceeded"
     for line in text.splitlines()[1:]:
         m = _LOCATION.search(line)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -59,6 +63,40 @@ def test_failures_are_reported_not_raised(code, words):
     assert not result.ok and result.state is None
     assert words in result.error
     assert STATE == before
+
+
+MEMORY_BOMBS = [
+    "const a = []; for (;;) a.push('x'.repeat(4096) + a.length);",
+    "const a = []; for (;;) a.push({ i: a.length });",
+    "const m = new Map(); for (let i = 0; ; i++) m.set(i, [i]);",
+    "const o = {}; for (let i = 0; ; i++) o['k' + i] = i;",
+    "const a = []; for (;;) a.push(JSON.parse(JSON.stringify(state)));",
+    "const a = []; for (;;) a.push(new ArrayBuffer(1 << 20));",
+    "return new Array(1e9).fill(0);",
+]
+
+
+def test_repeated_memory_bombs_fail_the_edit_and_never_crash_the_process():
+    """Every out-of-memory path QuickJS takes reads as the memory limit, run after run.
+
+    Runs in a child process so that an engine crash (the archived quickjs 1.19 segfaulted here
+    within a few dozen runs) fails this test legibly instead of killing pytest.
+    """
+    script = textwrap.dedent(
+        f"""
+        import collections, itertools, json
+        from rl_compaction.sandbox import run_evolve
+        STATE = {STATE!r}
+        seen = collections.Counter()
+        for _ in range(10):
+            for state, code in itertools.product(([], STATE), {MEMORY_BOMBS!r}):
+                seen[run_evolve(state, code).error] += 1
+        print(json.dumps(seen))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"sandbox process died with code {proc.returncode}: {proc.stderr[-2000:]}"
+    assert json.loads(proc.stdout) == {"memory limit of 16 MiB exceeded": 2 * 10 * len(MEMORY_BOMBS)}
 
 
 def test_runaway_loop_is_interrupted_at_the_configured_limit():
@@ -136,3 +174,13 @@ def test_unicode_edge_cases_survive_edits():
     code = "state[0].content = state[0].content + ' ✓ \\u2019'; return state;"
     result = run_evolve(STATE, code)
     assert result.state[0]["content"] == STATE[0]["content"] + " ✓ ’"
+
+
+def test_archived_quickjs_package_is_refused(monkeypatch):
+    import importlib.metadata
+
+    from rl_compaction import sandbox
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.19.4")
+    with pytest.raises(ImportError, match="pip uninstall -y quickjs"):
+        sandbox._check_engine()
