@@ -17,6 +17,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from rl_compaction.models import load_pretrained
 from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+from rl_compaction.wandb_resume import continue_wandb_run
 
 
 def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> CompactionGRPOTrainer:
@@ -31,8 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
-    if "wandb" in (args.report_to or []) and not os.environ.get("WANDB_API_KEY"):
-        os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
+    if "wandb" in (args.report_to or []):
+        if not os.environ.get("WANDB_API_KEY"):
+            os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
+        if args.resume_from_checkpoint:
+            continue_wandb_run(args.resume_from_checkpoint)
     trainer = build_trainer(args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
@@ -41,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
 
         if wandb.run is not None:
             wandb.finish()
+        wandb.teardown()  # a later run in this process reads its W&B settings (run id, mode) afresh
     if trainer.accelerator.is_main_process:
         print(f"saved the trained model to {args.output_dir}")
 

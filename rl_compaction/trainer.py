@@ -41,6 +41,7 @@ from rl_compaction.reward import RewardConfig, episode_reward
 from rl_compaction.rollout import EpisodeRecord, rollout
 from rl_compaction.segments import Segment, build_segments
 from rl_compaction.tasks import Difficulty
+from rl_compaction.wandb_resume import WandbRunIdCallback
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
 
@@ -205,6 +206,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             callbacks=callbacks,
         )
+        if "wandb" in (args.report_to or []):
+            self.add_callback(WandbRunIdCallback())  # a resumed run continues this W&B run
         from rl_compaction.accounting import ChatTemplateCounter
 
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.

@@ -4,6 +4,7 @@ and resume, W&B offline files, and a learning test."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,8 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     wandb.teardown()  # settings of an earlier run in this process must not leak into this one
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
+    for name in ("WANDB_RUN_ID", "WANDB_RESUME"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test; the resume sets them
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     out = tmp_path / "run"
     common = [
@@ -190,8 +193,11 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     assert state["global_step"] == 3
     steps = [h["step"] for h in state["log_history"] if "reward/reward" in h]
     assert steps == [1, 2, 3]  # the history of the first run is carried on
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(list(r.glob("*.wandb")) for r in runs)  # offline with no account
+    run_id = json.loads((out / "checkpoint-2" / "wandb_run.json").read_text())["id"]
+    assert [r.name.rsplit("-", 1)[1] for r in runs] == [run_id, run_id]  # the resume continues that run
+    assert json.loads((out / "checkpoint-3" / "wandb_run.json").read_text())["id"] == run_id
     tables = list(runs[0].glob("files/media/table/episodes_*.table.json"))
     assert tables and json.loads(tables[0].read_text())["columns"][-3:] == [
         "evolve_code",
@@ -210,6 +216,28 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
         "evolve_failures",
         "segments_per_episode",
     } <= logged
+
+
+def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch):
+    from rl_compaction.wandb_resume import RUN_FILE, continue_wandb_run
+
+    for name in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    assert continue_wandb_run(tmp_path) is None and "WANDB_RUN_ID" not in os.environ  # W&B was off
+    (tmp_path / RUN_FILE).write_text('{"id": "abc123", "project": "p"}')
+    assert continue_wandb_run(tmp_path) == "abc123"
+    assert (os.environ["WANDB_RUN_ID"], os.environ["WANDB_RESUME"], os.environ["WANDB_PROJECT"]) == (
+        "abc123",
+        "allow",
+        "p",
+    )
+    monkeypatch.setenv("WANDB_RUN_ID", "mine")
+    assert continue_wandb_run(tmp_path) is None and os.environ["WANDB_RUN_ID"] == "mine"
+    monkeypatch.delenv("WANDB_RUN_ID")
+    (tmp_path / RUN_FILE).write_text("not json")
+    with pytest.raises(ValueError, match="not a W&B run record"):
+        continue_wandb_run(tmp_path)
+    assert "WANDB_RUN_ID" not in os.environ
 
 
 # -- learning test ----------------------------------------------------------------------------------------
