@@ -216,6 +216,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "uncached",
         "cached",
         "output",
+        "write",
         "cache%",
         "peak ctx",
         "compact/ep",
@@ -235,6 +236,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{parts['uncached_input']:,.0f}",
                 f"{parts['cached_input']:,.0f}",
                 f"{parts['output']:,.0f}",
+                f"{parts['cache_write']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions_per_episode']:.1f}",
@@ -242,7 +244,11 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['mean_wall_s']:.1f}",
             ]
         )
-    return render_table(table)
+    legend = (
+        "cost = uncached + cached + output + write, per episode in input-token equivalents (each part is its "
+        "tokens x the preset's weight); cache% = share of input tokens read from the prompt cache"
+    )
+    return render_table(table) + "\n" + legend
 
 
 def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:

@@ -76,3 +76,21 @@ def test_bad_specs_are_rejected(tmp_path: Path):
         run_eval(EvalConfig(policies=["oracle@summary"], episodes=1, output_dir=str(tmp_path / "a"), **SMALL))
     with pytest.raises(ValueError, match="model policies take strategies"):
         run_eval(EvalConfig(policies=["tiny@magic"], episodes=1, output_dir=str(tmp_path / "b"), **SMALL))
+
+
+def test_cost_parts_add_up_to_the_cost_and_the_table_shows_each(tmp_path: Path):
+    """Under a preset where every part has a weight, the printed parts sum to the printed cost."""
+    config = EvalConfig(
+        policies=["oracle@evolve"], episodes=1, output_dir=str(tmp_path), cache_preset="anthropic", **SMALL
+    )
+    result = run_eval(config)
+    row = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))["policies"]["oracle@evolve"]
+    parts = row["cost_parts"]
+    assert min(parts.values()) > 0
+    assert sum(parts.values()) == pytest.approx(row["mean_cost"])
+    header, _, values = result["table"].splitlines()[:3]
+    assert header.split()[5:10] == ["cost", "uncached", "cached", "output", "write"]
+    printed = values.split()[5:10]  # after the policy, "100% [x%, y%]" and the score
+    expected = [row["mean_cost"], parts["uncached_input"], parts["cached_input"], parts["output"], parts["cache_write"]]
+    assert printed == [f"{v:,.0f}" for v in expected]
+    assert "cost = uncached + cached + output + write" in result["table"]
