@@ -4,15 +4,30 @@ Each run gets a fresh QuickJS context (nothing leaks between runs), sees a JSON 
 State (the caller's objects are never handed over) and must synchronously return an array
 of plain JSON values. The context exposes only ECMAScript built-ins: no `require`,
 `process`, `fetch`, timers, file system or network exist in it.
+
+QuickJS runs in a child process, one per calling process, kept for reuse. That buys two things
+an RL harness running untrusted code needs: an engine crash fails one edit instead of killing
+the trainer (the worker is restarted), and the time limit, which QuickJS measures with the
+process CPU clock, counts the evolve code alone rather than every busy thread of the trainer.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.metadata
 import json
+import os
 import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import BinaryIO
 
 import quickjs
 
@@ -164,6 +179,174 @@ def _clip(message: str, limit: int = 400) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
+def _evaluate(state_json: str, code: str, limits: SandboxLimits) -> tuple[str | None, str | None]:
+    """One run in a fresh QuickJS context (in the worker): the result's JSON text, or an error."""
+    ctx = quickjs.Context()
+    ctx.set_max_stack_size(limits.stack_bytes)
+    try:
+        ctx.set("__state_json", state_json)
+        ctx.eval("globalThis.__input = JSON.parse(globalThis.__state_json); delete globalThis.__state_json;")
+    except quickjs.JSException as e:  # only if the input itself exceeds the stack
+        return None, f"input State could not be loaded: {_describe(e, limits)}"
+    ctx.set_memory_limit(ctx.memory()["memory_used_size"] + limits.memory_bytes)
+    ctx.set_time_limit(limits.time_s)
+    script = _HEADER.replace("__MAX_DEPTH__", str(limits.max_depth)) + code + _FOOTER
+    try:
+        out = ctx.eval(script)
+    except quickjs.JSException as e:
+        return None, _describe(e, limits, code.count("\n") + 1)
+    finally:
+        ctx.set_time_limit(-1)
+    if not isinstance(out, str):  # code escaped its function body and replaced the harness
+        return None, "evolve code must not escape its function body"
+    return out, None
+
+
+# Worker protocol, one frame each way per run. Request: lengths of (limits JSON, code, State
+# JSON) as 3 x uint32, then the three UTF-8 blobs. Reply: status byte (0 result, 1 error) and a
+# uint32 length, then the UTF-8 payload. Lone surrogates travel with "surrogatepass".
+_REQUEST, _REPLY = struct.Struct("<III"), struct.Struct("<BI")
+_TEXT = ("utf-8", "surrogatepass")
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """The worker's loop: answer frames until the parent closes the pipe."""
+    while (head := _read_exact(requests, _REQUEST.size)) is not None:
+        sizes = _REQUEST.unpack(head)
+        blobs = [_read_exact(requests, n) if n else b"" for n in sizes]
+        if any(b is None for b in blobs):
+            return
+        limits_json, code, state_json = (b.decode(*_TEXT) for b in blobs)
+        out, error = _evaluate(state_json, code, SandboxLimits(**json.loads(limits_json)))
+        payload = (out if error is None else error).encode(*_TEXT)
+        replies.write(_REPLY.pack(0 if error is None else 1, len(payload)) + payload)
+        replies.flush()
+
+
+class _Worker:
+    """The QuickJS child process of this process, started on first use and after a crash.
+
+    Calls are serialised with a lock. A forked child (e.g. a data-loader worker) starts its own
+    worker rather than sharing its parent's pipes.
+    """
+
+    # The worker's own CPU limit stops runaway code; this wall-clock guard only catches a worker
+    # that stopped answering (its machine is swapping, or the engine hangs outside JS).
+    GRACE_S = 60.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._owner = 0
+
+    def _start(self) -> subprocess.Popen:
+        if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
+            return self._proc
+        self._discard()
+        # The package's folder goes first on the path, so the worker imports this same code
+        # even when the caller found it through a sys.path entry added at run time.
+        path = os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "rl_compaction.sandbox"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=path),
+        )
+        self._owner = os.getpid()
+        return self._proc
+
+    def _discard(self, kill: bool = True) -> int | None:
+        """Forget the current worker: stop it if this process started it (killing it, or closing
+        its input so that it exits), and close this process's ends of its pipes."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        status = None
+        with contextlib.suppress(OSError):  # a dead worker's pipe refuses the final flush
+            proc.stdin.close()
+        if self._owner == os.getpid():
+            if kill:
+                proc.kill()
+            try:
+                status = proc.wait(timeout=None if kill else 5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                status = proc.wait()
+        proc.stdout.close()
+        return status
+
+    def run(self, state_json: str, code: str, limits: SandboxLimits) -> tuple[str | None, str | None]:
+        blobs = [json.dumps(asdict(limits)).encode(), code.encode(*_TEXT), state_json.encode(*_TEXT)]
+        frame = _REQUEST.pack(*map(len, blobs)) + b"".join(blobs)
+        timeout_s = limits.time_s + self.GRACE_S
+        with self._lock:
+            try:
+                proc = self._start()
+                try:
+                    proc.stdin.write(frame)
+                    proc.stdin.flush()
+                except BrokenPipeError:  # it died between runs: not this code's doing, so try once more
+                    self._discard()
+                    proc = self._start()
+                    proc.stdin.write(frame)
+                    proc.stdin.flush()
+                reply = self._reply(proc, timeout_s)
+            except BaseException:  # e.g. Ctrl-C mid-run: its late reply must not answer the next run
+                self._discard()
+                raise
+            if reply is None:
+                hung = proc.poll() is None
+                status = self._discard()
+                if hung:
+                    return None, f"the sandbox process did not answer within {timeout_s:g} s and was restarted"
+                return None, f"the sandbox process died running this code ({_exit_reason(status)})"
+        kind, payload = reply
+        return (payload, None) if kind == 0 else (None, payload)
+
+    @staticmethod
+    def _reply(proc: subprocess.Popen, timeout_s: float) -> tuple[int, str] | None:
+        if not select.select([proc.stdout], [], [], timeout_s)[0]:
+            return None  # no answer in time; the caller kills it
+        head = _read_exact(proc.stdout, _REPLY.size)
+        if head is None:
+            return None
+        kind, size = _REPLY.unpack(head)
+        payload = _read_exact(proc.stdout, size) if size else b""
+        return None if payload is None else (kind, payload.decode(*_TEXT))
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard(kill=False)
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+def _exit_reason(status: int | None) -> str:
+    if status is not None and status < 0:
+        try:
+            return f"signal {signal.Signals(-status).name}"
+        except ValueError:
+            return f"signal {-status}"
+    return f"exit code {status}"
+
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_worker = _Worker()
+atexit.register(_worker.close)
+os.register_at_fork(after_in_child=_worker.after_fork_in_child)
+
+
 def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `code` as the strict-mode body of `function evolve(state)` on a copy of `state`.
 
@@ -188,24 +371,9 @@ def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> 
     if len(state_json.encode()) > limits.state_bytes:
         return fail(f"input State is over the size cap of {limits.state_bytes} bytes")
 
-    ctx = quickjs.Context()
-    ctx.set_max_stack_size(limits.stack_bytes)
-    try:
-        ctx.set("__state_json", state_json)
-        ctx.eval("globalThis.__input = JSON.parse(globalThis.__state_json); delete globalThis.__state_json;")
-    except quickjs.JSException as e:  # only if the input itself exceeds the stack
-        return fail(f"input State could not be loaded: {_describe(e, limits)}")
-    ctx.set_memory_limit(ctx.memory()["memory_used_size"] + limits.memory_bytes)
-    ctx.set_time_limit(limits.time_s)
-    script = _HEADER.replace("__MAX_DEPTH__", str(limits.max_depth)) + code + _FOOTER
-    try:
-        out = ctx.eval(script)
-    except quickjs.JSException as e:
-        return fail(_describe(e, limits, code.count("\n") + 1))
-    finally:
-        ctx.set_time_limit(-1)
-    if not isinstance(out, str):  # code escaped its function body and replaced the harness
-        return fail("evolve code must not escape its function body")
+    out, error = _worker.run(state_json, code, limits)
+    if error is not None:
+        return fail(error)
     if len(out.encode("utf-8", "surrogatepass")) > limits.state_bytes:
         return fail(f"result State is over the size cap of {limits.state_bytes} bytes")
     try:
@@ -213,3 +381,7 @@ def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> 
     except json.JSONDecodeError as e:
         return fail(f"result is not JSON: {e.msg}")
     return SandboxResult(result, None, time.perf_counter() - start)
+
+
+if __name__ == "__main__":  # the worker process (see _Worker)
+    _serve(sys.stdin.buffer, sys.stdout.buffer)

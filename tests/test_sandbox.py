@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import collections
 import copy
-import json
-import subprocess
-import sys
-import textwrap
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
 
 import pytest
 
+from rl_compaction import sandbox
 from rl_compaction.sandbox import KiB, SandboxLimits, run_evolve
 
 STATE = [
@@ -77,26 +80,55 @@ MEMORY_BOMBS = [
 
 
 def test_repeated_memory_bombs_fail_the_edit_and_never_crash_the_process():
-    """Every out-of-memory path QuickJS takes reads as the memory limit, run after run.
+    """Every out-of-memory path QuickJS takes reads as the memory limit, run after run (the
+    archived quickjs 1.19 segfaulted here within a few dozen runs)."""
+    seen = collections.Counter()
+    for _ in range(10):
+        for state, code in itertools.product(([], STATE), MEMORY_BOMBS):
+            seen[run_evolve(state, code).error] += 1
+    assert seen == {"memory limit of 16 MiB exceeded": 2 * 10 * len(MEMORY_BOMBS)}
 
-    Runs in a child process so that an engine crash (the archived quickjs 1.19 segfaulted here
-    within a few dozen runs) fails this test legibly instead of killing pytest.
-    """
-    script = textwrap.dedent(
-        f"""
-        import collections, itertools, json
-        from rl_compaction.sandbox import run_evolve
-        STATE = {STATE!r}
-        seen = collections.Counter()
-        for _ in range(10):
-            for state, code in itertools.product(([], STATE), {MEMORY_BOMBS!r}):
-                seen[run_evolve(state, code).error] += 1
-        print(json.dumps(seen))
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"sandbox process died with code {proc.returncode}: {proc.stderr[-2000:]}"
-    assert json.loads(proc.stdout) == {"memory limit of 16 MiB exceeded": 2 * 10 * len(MEMORY_BOMBS)}
+
+def _worker_pid() -> int:
+    run_evolve(STATE, "return state;")  # make sure it is up
+    return sandbox._worker._proc.pid
+
+
+def test_a_crash_in_the_engine_fails_that_edit_and_the_next_run_works():
+    pid = _worker_pid()
+    threading.Timer(0.5, os.kill, (pid, signal.SIGSEGV)).start()  # what an engine bug looks like
+    result = run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=30))
+    assert result.error == "the sandbox process died running this code (signal SIGSEGV)"
+    after = run_evolve(STATE, "return state;")
+    assert after.ok and after.state == STATE and _worker_pid() != pid
+
+
+def test_a_worker_that_died_between_runs_is_restarted_without_blaming_the_code():
+    pid = _worker_pid()
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert run_evolve(STATE, "return state;").state == STATE
+
+
+def test_an_interrupted_run_does_not_answer_the_next_one():
+    _worker_pid()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C mid-run
+    with pytest.raises(KeyboardInterrupt):
+        run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=5))
+    assert run_evolve(STATE, "return [];").state == []
+
+
+def test_a_forked_process_gets_its_own_worker():
+    parent_pid = _worker_pid()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        state, child_worker_pid = pool.apply(_run_in_child)
+    assert state == STATE and child_worker_pid != parent_pid
+    assert _worker_pid() == parent_pid  # the parent's worker was not touched
+
+
+def _run_in_child() -> tuple:
+    return run_evolve(STATE, "return state;").state, sandbox._worker._proc.pid
 
 
 def test_runaway_loop_is_interrupted_at_the_configured_limit():
