@@ -240,6 +240,29 @@ def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch)
     assert "WANDB_RUN_ID" not in os.environ
 
 
+def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_adapter(tmp_path):
+    """The GPU configs' combination (LoRA on every linear layer, KL to the reference model,
+    activation checkpointing), bf16 and vLLM aside: the adapter changes and the base does not."""
+    out = tmp_path / "lora"
+    lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "all-linear"]
+    train_main(
+        ["--config", TINY_CONFIG, "--output_dir", str(out), "--max_steps", "1", "--learning_rate", "1e-2"]
+        + [*lora, "--beta", "0.04", "--activation_checkpointing", "true", "--report_to", "none"]
+    )
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    adapter = load_file(out / "adapter_model.safetensors")
+    lora_b = [t for name, t in adapter.items() if "lora_B" in name]
+    assert lora_b and any(t.abs().sum() > 0 for t in lora_b)  # B starts at zero: nonzero means it trained
+    base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"))
+    reference = {k: v.clone() for k, v in base.state_dict().items()}
+    merged = PeftModel.from_pretrained(base, out).merge_and_unload()
+    assert any(not torch.equal(v, reference[k]) for k, v in merged.state_dict().items())
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    assert "kl" in state["log_history"][0]
+
+
 # -- learning test ----------------------------------------------------------------------------------------
 
 
