@@ -35,12 +35,13 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
+from rl_compaction.accounting import ChatTemplateCounter, load_presets
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 from rl_compaction.reward import RewardConfig, episode_reward
 from rl_compaction.rollout import EpisodeRecord, rollout
 from rl_compaction.segments import Segment, build_segments
-from rl_compaction.tasks import Difficulty
+from rl_compaction.tasks import Difficulty, family_names
 from rl_compaction.wandb_resume import WandbRunIdCallback
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
@@ -94,9 +95,26 @@ class CompactionGRPOConfig(GRPOConfig):
             )
         if self.log_completions:
             raise ValueError("log_completions logs TRL's single-turn completions; use log_episodes for episodes")
-        if self.family_weights is not None and len(self.family_weights) != len(self.families):
-            raise ValueError("family_weights needs one weight per family")
+        self._check_tasks()
         _ = self.reward_config  # validates the reward weights now, not at the first step
+
+    def _check_tasks(self) -> None:
+        """Task settings fail here, before a model is loaded, rather than at the first rollout."""
+        known = family_names()
+        unknown = [f for f in self.families if f not in known]
+        if not self.families or unknown:
+            raise ValueError(f"unknown task families {unknown or '(none given)'}; registered: {', '.join(known)}")
+        if self.family_weights is not None:
+            if len(self.family_weights) != len(self.families):
+                raise ValueError("family_weights needs one weight per family")
+            if min(self.family_weights) < 0 or sum(self.family_weights) <= 0:
+                raise ValueError(f"family_weights must be >= 0 with a positive sum, got {self.family_weights}")
+        if self.train_tasks <= 0 or self.eval_tasks <= 0:
+            raise ValueError("train_tasks and eval_tasks must be > 0")
+        Difficulty(self.difficulty_scale, self.difficulty_level)
+        self.env_config()
+        if self.cache_preset not in load_presets():
+            raise ValueError(f"unknown cache_preset {self.cache_preset!r}; presets: {', '.join(load_presets())}")
 
     @property
     def reward_config(self) -> RewardConfig:
@@ -208,8 +226,6 @@ class CompactionGRPOTrainer(GRPOTrainer):
         )
         if "wandb" in (args.report_to or []):
             self.add_callback(WandbRunIdCallback())  # a resumed run continues this W&B run
-        from rl_compaction.accounting import ChatTemplateCounter
-
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
         self.counter = ChatTemplateCounter(self.processing_class, template_kwargs=args.chat_template_kwargs)
         self.last_records: list[EpisodeRecord] = []

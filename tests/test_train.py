@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,24 @@ def test_one_row_and_the_same_tokens_in_two_segments_give_the_same_gradient(tiny
 def test_per_row_losses_are_rejected_in_config(tmp_path):
     with pytest.raises(ValueError, match="number of segments"):
         CompactionGRPOConfig(output_dir=str(tmp_path), loss_type="grpo", use_cpu=True)
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"families": ["probe", "bogus"]}, "unknown task families ['bogus']"),
+        ({"families": []}, "unknown task families (none given)"),
+        ({"families": ["probe", "ledger"], "family_weights": [1.0]}, "one weight per family"),
+        ({"family_weights": [-1.0]}, "positive sum"),
+        ({"difficulty_level": 7}, "difficulty level must be 1, 2 or 3"),
+        ({"context_window": 1000, "compaction_threshold": 2000}, "compaction_threshold"),
+        ({"cache_preset": "nope"}, "unknown cache_preset 'nope'"),
+        ({"train_tasks": 0}, "train_tasks"),
+    ],
+)
+def test_bad_task_settings_fail_at_config_time(tmp_path, settings, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        CompactionGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
 
 
 # -- a real run: checkpoint, resume, W&B offline -----------------------------------------------------
