@@ -260,13 +260,14 @@ def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch)
 
 
 def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_adapter(tmp_path):
-    """The GPU configs' combination (LoRA on every linear layer, KL to the reference model,
-    activation checkpointing), bf16 and vLLM aside: the adapter changes and the base does not."""
+    """The GPU configs' combination (bf16 weights and autocast, LoRA on every linear layer, KL to
+    the reference model, activation checkpointing), vLLM aside: the adapter trains."""
     out = tmp_path / "lora"
     lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "all-linear"]
     train_main(
         ["--config", TINY_CONFIG, "--output_dir", str(out), "--max_steps", "1", "--learning_rate", "1e-2"]
         + [*lora, "--beta", "0.04", "--activation_checkpointing", "true", "--report_to", "none"]
+        + ["--bf16", "true", "--dtype", "bfloat16"]
     )
     from peft import PeftModel
     from safetensors.torch import load_file
