@@ -304,10 +304,33 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default in --help, except the empty ones (None, False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command parser shows defaults; subparsers inherit the class."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        default = kwargs.get("default")
+        if kwargs.get("help") is None and default is not None and default is not False:
+            kwargs["help"] = "default: %(default)s"  # argparse prints no line for an option without help
+        return super().add_argument(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rl-compaction", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="rl-compaction", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    tok_help = "token counter: o200k_base (default), cl100k_base, or a local transformers tokenizer directory"
+    tok_help = "token counter: o200k_base, cl100k_base, or a local transformers tokenizer directory"
 
     p = sub.add_parser("evolve", help="run evolve code on a State file and print the result as JSON")
     p.add_argument("state", metavar="STATE.json")
