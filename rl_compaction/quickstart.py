@@ -67,7 +67,7 @@ def run_quickstart(output_dir: str | Path = "runs/quickstart", *, grpo_steps: in
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
     )
     timings["sft"] = time.perf_counter() - start
 

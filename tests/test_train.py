@@ -123,7 +123,7 @@ def tiny_trainer(tmp_path_factory):
         num_generations=2,
         per_device_train_batch_size=2,
         max_completion_length=8,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         save_strategy="no",
         eval_strategy="no",
     )
@@ -311,7 +311,7 @@ def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         eval_strategy="no",
     )
 
