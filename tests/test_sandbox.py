@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -94,9 +95,29 @@ def _worker_pid() -> int:
     return sandbox._worker._proc.pid
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _signal_when_busy(worker_pid: int, target_pid: int, sig: int) -> threading.Thread:
+    """Send `sig` to `target_pid` once the worker has spent 0.2 s of CPU on the run (so the
+    request is in and the code is running, however loaded the machine is)."""
+
+    def watch() -> None:
+        start = _cpu_seconds(worker_pid)
+        while _cpu_seconds(worker_pid) - start < 0.2:
+            time.sleep(0.01)
+        os.kill(target_pid, sig)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_crash_in_the_engine_fails_that_edit_and_the_next_run_works():
     pid = _worker_pid()
-    threading.Timer(0.5, os.kill, (pid, signal.SIGSEGV)).start()  # what an engine bug looks like
+    _signal_when_busy(pid, pid, signal.SIGSEGV)  # what an engine bug looks like
     result = run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=30))
     assert result.error == "the sandbox process died running this code (signal SIGSEGV)"
     after = run_evolve(STATE, "return state;")
@@ -111,8 +132,7 @@ def test_a_worker_that_died_between_runs_is_restarted_without_blaming_the_code()
 
 
 def test_an_interrupted_run_does_not_answer_the_next_one():
-    _worker_pid()
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C mid-run
+    _signal_when_busy(_worker_pid(), os.getpid(), signal.SIGINT)  # Ctrl-C mid-run
     with pytest.raises(KeyboardInterrupt):
         run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=5))
     assert run_evolve(STATE, "return [];").state == []
