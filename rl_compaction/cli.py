@@ -187,6 +187,26 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_envs_check(args: argparse.Namespace) -> int:
+    from rl_compaction.checker import FamilyCheckError, check_family
+
+    family = _family(args.family)
+    if args.seeds < 2:
+        raise UsageError("--seeds must be >= 2 (tasks of different seeds are compared)")
+    try:
+        report = check_family(family, seeds=range(args.seeds), difficulty=_difficulty(args))
+    except FamilyCheckError as e:
+        print(f"FAIL {args.family}: {e}", file=sys.stderr)
+        return 1
+    for e in report.episodes:
+        peak = f"{e['peak_context']:,}"
+        print(f"oracle, test seed {e['seed']}: score {e['score']:.2f} in {e['turns']} turns, peak {peak} tokens")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    print(f"PASS {args.family}: every check of the task contract holds")
+    return 0
+
+
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
     from rl_compaction.env import EnvConfig
     from rl_compaction.oracle import ORACLE_STRATEGIES, make_env, run_oracle_episode
@@ -448,6 +468,12 @@ def build_parser() -> argparse.ArgumentParser:
     esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
     p = esub.add_parser("list", help="list the registered task families")
     p.set_defaults(func=cmd_envs_list)
+    p = esub.add_parser("check", help="check a family against the task contract (rl_compaction.checker)")
+    p.add_argument("family")
+    p.add_argument("--seeds", type=int, default=2, help="seeds per split (the oracle plays each test seed)")
+    p.add_argument("--scale", type=float, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
+    p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
+    p.set_defaults(func=cmd_envs_check)
     for action, func, helptext in (
         ("show", cmd_envs_show, "print one task and its size in tokens"),
         ("oracle", cmd_envs_oracle, "run the context-bound oracle with a strategy"),
