@@ -272,9 +272,16 @@ class CompactionGRPOTrainer(GRPOTrainer):
                 [(inv.prompt_ids, inv.completion_ids, inv.logprobs) for inv in record.invocations]
             )
             rows.extend((s, advantage) for s in segments)
-        if mode == "train":  # TRL splits the batch into steps_per_generation equal chunks
-            while len(rows) % args.steps_per_generation:
-                rows.append((Segment([self._tokenizer.pad_token_id], [self._tokenizer.pad_token_id], [0], [0.0]), 0.0))
+        # Episodes yield different numbers of rows on each process. Every process must run the same
+        # number of forward passes (FSDP and ZeRO-3 gather parameters in each one, so a process with
+        # fewer chunks would leave the others waiting), and TRL splits the batch into
+        # steps_per_generation equal micro-batches: pad with empty rows (nothing trained) to a common
+        # count that steps_per_generation divides.
+        target = int(self.accelerator.gather(torch.tensor([len(rows)], device=device)).max().item())
+        if mode == "train":
+            target = -(-target // args.steps_per_generation) * args.steps_per_generation
+        pad_id = self._tokenizer.pad_token_id
+        rows += [(Segment([pad_id], [pad_id], [0], [0.0]), 0.0)] * (target - len(rows))
         batch = self._rows_to_tensors(rows, device)
         self._log_episode_metrics(mode, records, rewards, rows)
         return batch

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,20 @@ def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_ada
     assert any(not torch.equal(v, reference[k]) for k, v in merged.state_dict().items())
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
     assert "kl" in state["log_history"][0]
+
+
+def test_two_processes_with_different_row_counts_stay_in_step(tmp_path):
+    """Rows per process differ (episodes differ in edits); TRL gathers per-row values and FSDP /
+    ZeRO-3 gather parameters per forward, so every process must see as many rows as the others."""
+    out = tmp_path / "uneven"
+    script = Path(__file__).parent / "uneven_ranks_train.py"
+    # --multi_gpu starts real distributed processes (gloo on CPU, as the config says use_cpu); --cpu alone runs one
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--mixed_precision", "no", str(script)]
+    command += ["--config", TINY_CONFIG, "--output_dir", str(out), "--max_steps", "1", "--report_to", "none"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 and state["log_history"][0]["segments_per_episode"] > 1
 
 
 # -- learning test ----------------------------------------------------------------------------------------
