@@ -300,23 +300,23 @@ class _Worker:
                     proc = self._start()
                     proc.stdin.write(frame)
                     proc.stdin.flush()
-                reply = self._reply(proc, timeout_s)
+                answered = bool(select.select([proc.stdout], [], [], timeout_s)[0])
+                reply = self._reply(proc) if answered else None
             except BaseException:  # e.g. Ctrl-C mid-run: its late reply must not answer the next run
                 self._discard()
                 raise
-            if reply is None:
-                hung = proc.poll() is None
-                status = self._discard()
-                if hung:
-                    return None, f"the sandbox process did not answer within {timeout_s:g} s and was restarted"
+            if not answered:
+                self._discard()
+                return None, f"the sandbox process did not answer within {timeout_s:g} s and was restarted"
+            if reply is None:  # end of its output: it died (let it finish exiting to read why)
+                status = self._discard(kill=False)
                 return None, f"the sandbox process died running this code ({_exit_reason(status)})"
         kind, payload = reply
         return (payload, None) if kind == 0 else (None, payload)
 
     @staticmethod
-    def _reply(proc: subprocess.Popen, timeout_s: float) -> tuple[int, str] | None:
-        if not select.select([proc.stdout], [], [], timeout_s)[0]:
-            return None  # no answer in time; the caller kills it
+    def _reply(proc: subprocess.Popen) -> tuple[int, str] | None:
+        """The worker's answer, or None if its output ended (it died)."""
         head = _read_exact(proc.stdout, _REPLY.size)
         if head is None:
             return None

@@ -84,9 +84,10 @@ def test_repeated_memory_bombs_fail_the_edit_and_never_crash_the_process():
     """Every out-of-memory path QuickJS takes reads as the memory limit, run after run (the
     archived quickjs 1.19 segfaulted here within a few dozen runs)."""
     seen = collections.Counter()
+    limits = SandboxLimits(time_s=5)  # some bombs need ~200 ms to fill 16 MiB; memory must be what stops them
     for _ in range(10):
         for state, code in itertools.product(([], STATE), MEMORY_BOMBS):
-            seen[run_evolve(state, code).error] += 1
+            seen[run_evolve(state, code, limits).error] += 1
     assert seen == {"memory limit of 16 MiB exceeded": 2 * 10 * len(MEMORY_BOMBS)}
 
 
