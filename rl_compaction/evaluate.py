@@ -257,20 +257,23 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in rows:
+    # The legend sits below the axes: policy names (checkpoint paths) are long, and points at equal
+    # success would have their labels collide inside the plot.
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.22 * len(rows)))
+    for i, r in enumerate(rows):
         lo, hi = r["success_ci95"]
         y = r["success_rate"]
-        ax.errorbar(r["mean_cost"], y, yerr=[[y - lo], [hi - y]], fmt="o", capsize=4, label=r["policy"])
-        ax.annotate(r["policy"], (r["mean_cost"], y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        ax.errorbar(
+            r["mean_cost"], y, yerr=[[y - lo], [hi - y]], fmt="os^Dv"[i % 5], capsize=4, markersize=7, label=r["policy"]
+        )
     ax.set_xlabel("mean total cost per episode (input-token equivalents)")
     ax.set_ylabel("success rate (95% Wilson interval)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
