@@ -203,10 +203,22 @@ def _evaluate(state_json: str, code: str, limits: SandboxLimits) -> tuple[str | 
 
 
 # Worker protocol, one frame each way per run. Request: lengths of (limits JSON, code, State
-# JSON) as 3 x uint32, then the three UTF-8 blobs. Reply: status byte (0 result, 1 error) and a
-# uint32 length, then the UTF-8 payload. Lone surrogates travel with "surrogatepass".
+# JSON) as 3 x uint32, then the three UTF-8 blobs (see `_utf8`). Reply: status byte (0 result,
+# 1 error) and a uint32 length, then the payload, UTF-8 with "surrogatepass" (an error message
+# may quote a lone surrogate).
 _REQUEST, _REPLY = struct.Struct("<III"), struct.Struct("<BI")
 _TEXT = ("utf-8", "surrogatepass")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 of code or State JSON for QuickJS, which cannot take a lone surrogate (JSON's "\\ud800"
+    decodes to one in Python): each becomes a \\uXXXX escape, which means the same inside JSON and
+    JS string literals, and JS joins an escaped high + low pair into one character."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
@@ -223,10 +235,10 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """The worker's loop: answer frames until the parent closes the pipe."""
     while (head := _read_exact(requests, _REQUEST.size)) is not None:
         sizes = _REQUEST.unpack(head)
-        blobs = [_read_exact(requests, n) if n else b"" for n in sizes]
+        blobs = [_read_exact(requests, n) for n in sizes]
         if any(b is None for b in blobs):
             return
-        limits_json, code, state_json = (b.decode(*_TEXT) for b in blobs)
+        limits_json, code, state_json = (b.decode() for b in blobs)
         out, error = _evaluate(state_json, code, SandboxLimits(**json.loads(limits_json)))
         payload = (out if error is None else error).encode(*_TEXT)
         replies.write(_REPLY.pack(0 if error is None else 1, len(payload)) + payload)
@@ -285,8 +297,8 @@ class _Worker:
         proc.stdout.close()
         return status
 
-    def run(self, state_json: str, code: str, limits: SandboxLimits) -> tuple[str | None, str | None]:
-        blobs = [json.dumps(asdict(limits)).encode(), code.encode(*_TEXT), state_json.encode(*_TEXT)]
+    def run(self, state_json: bytes, code: bytes, limits: SandboxLimits) -> tuple[str | None, str | None]:
+        blobs = [json.dumps(asdict(limits)).encode(), code, state_json]
         frame = _REQUEST.pack(*map(len, blobs)) + b"".join(blobs)
         timeout_s = limits.time_s + self.GRACE_S
         with self._lock:
@@ -321,7 +333,7 @@ class _Worker:
         if head is None:
             return None
         kind, size = _REPLY.unpack(head)
-        payload = _read_exact(proc.stdout, size) if size else b""
+        payload = _read_exact(proc.stdout, size)
         return None if payload is None else (kind, payload.decode(*_TEXT))
 
     def close(self) -> None:
@@ -361,20 +373,20 @@ def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> 
 
     if not isinstance(code, str):
         return fail(f"code must be a string, got {type(code).__name__}")
-    code_size = len(code.encode("utf-8", "surrogatepass"))
-    if code_size > limits.code_bytes:
-        return fail(f"code is {code_size} bytes, over the limit of {limits.code_bytes} bytes")
+    code_bytes = _utf8(code)
+    if len(code_bytes) > limits.code_bytes:
+        return fail(f"code is {len(code_bytes)} bytes, over the limit of {limits.code_bytes} bytes")
     try:
-        state_json = json.dumps(state, ensure_ascii=False, allow_nan=False)
+        state_bytes = _utf8(json.dumps(state, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError) as e:
         return fail(f"input State is not JSON-compatible: {e}")
-    if len(state_json.encode()) > limits.state_bytes:
+    if len(state_bytes) > limits.state_bytes:
         return fail(f"input State is over the size cap of {limits.state_bytes} bytes")
 
-    out, error = _worker.run(state_json, code, limits)
+    out, error = _worker.run(state_bytes, code_bytes, limits)
     if error is not None:
         return fail(error)
-    if len(out.encode("utf-8", "surrogatepass")) > limits.state_bytes:
+    if len(out.encode(*_TEXT)) > limits.state_bytes:
         return fail(f"result State is over the size cap of {limits.state_bytes} bytes")
     try:
         result = json.loads(out)

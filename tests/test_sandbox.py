@@ -229,6 +229,14 @@ def test_unicode_edge_cases_survive_edits():
     assert result.state[0]["content"] == STATE[0]["content"] + " ✓ ’"
 
 
+def test_lone_surrogates_cross_the_boundary_exactly():
+    """JSON's "\\ud800" decodes to a lone surrogate in Python, which QuickJS cannot take raw."""
+    state = [{"type": "message", "role": "user", "content": "a\ud800b \udfff"}]
+    assert run_evolve(state, "return state;").state == state
+    code = "state[0].content += '\ud83d' + '\ude00' + '\udc00'; return state;"  # a pair split in two, a lone low
+    assert run_evolve(state, code).state[0]["content"] == "a\ud800b \udfff😀\udc00"
+
+
 def test_archived_quickjs_package_is_refused(monkeypatch):
     import importlib.metadata
 
