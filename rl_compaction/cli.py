@@ -225,9 +225,9 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
             config = EnvConfig(
                 context_window=args.context_window, tokenizer=args.tokenizer, cache_preset=args.cache_preset
             )
-        except ValueError as e:
+            env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
+        except ValueError as e:  # a bad window or cache preset
             raise UsageError(str(e)) from None
-        env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
         seeds = range(args.seed_start, args.seed_start + args.episodes)
         results[name] = [
             run_oracle_episode(env, seed, use_evolve=name == "evolve")

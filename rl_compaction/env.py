@@ -22,7 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rl_compaction.accounting import Ledger, TokenCounter, get_counter, load_presets
+from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
 from rl_compaction.sandbox import SandboxLimits
 from rl_compaction.state import State, StateError, validate_state
@@ -150,10 +150,7 @@ class CompactionEnv(gym.Env):
         self.config = config or EnvConfig()
         self.strategy = strategy
         self.counter = counter or get_counter(self.config.tokenizer)
-        presets = load_presets()
-        if self.config.cache_preset not in presets:
-            raise ValueError(f"unknown cache preset {self.config.cache_preset!r}; choose from {', '.join(presets)}")
-        self.cache_model = presets[self.config.cache_preset]
+        self.cache_model = get_cache_model(self.config.cache_preset)
         self.render_mode = render_mode
         self.observation_space = JSONSpace(_check_observation, self._example_observation)
         self.action_space = JSONSpace(_check_action, lambda: [{"role": "assistant", "content": "Thinking."}])

@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rl_compaction.accounting import load_presets
+from rl_compaction.accounting import get_cache_model
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
@@ -289,7 +289,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
-    cache_model = load_presets()[config.cache_preset]
+    cache_model = get_cache_model(config.cache_preset)
     weights = {k: getattr(cache_model, k) for k in ("cache_read_weight", "output_weight", "cache_write_weight")}
     rows, by_policy = [], {}
     for spec in config.policies:

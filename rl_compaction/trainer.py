@@ -35,7 +35,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
-from rl_compaction.accounting import ChatTemplateCounter, load_presets
+from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 from rl_compaction.reward import RewardConfig, episode_reward
@@ -113,8 +113,7 @@ class CompactionGRPOConfig(GRPOConfig):
             raise ValueError("train_tasks and eval_tasks must be > 0")
         Difficulty(self.difficulty_scale, self.difficulty_level)
         self.env_config()
-        if self.cache_preset not in load_presets():
-            raise ValueError(f"unknown cache_preset {self.cache_preset!r}; presets: {', '.join(load_presets())}")
+        get_cache_model(self.cache_preset)
 
     @property
     def reward_config(self) -> RewardConfig:

@@ -175,7 +175,7 @@ def test_rejected_evolve_leaves_state_and_records_failure():
 def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="compaction_threshold"):
         EnvConfig(context_window=100, compaction_threshold=200)
-    with pytest.raises(ValueError, match="unknown cache preset"):
+    with pytest.raises(ValueError, match="unknown cache model preset"):
         CompactionEnv("probe", config=EnvConfig(cache_preset="nope"))
     with pytest.raises(KeyError, match="unknown task family"):
         CompactionEnv("nope")

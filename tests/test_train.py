@@ -171,7 +171,7 @@ def test_per_row_losses_are_rejected_in_config(tmp_path):
         ({"family_weights": [-1.0]}, "positive sum"),
         ({"difficulty_level": 7}, "difficulty level must be 1, 2 or 3"),
         ({"context_window": 1000, "compaction_threshold": 2000}, "compaction_threshold"),
-        ({"cache_preset": "nope"}, "unknown cache_preset 'nope'"),
+        ({"cache_preset": "nope"}, "unknown cache model preset 'nope'"),
         ({"train_tasks": 0}, "train_tasks"),
     ],
 )
