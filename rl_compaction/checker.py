@@ -28,7 +28,16 @@ from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.evolve import EVOLVE
 from rl_compaction.oracle import run_oracle_episode
 from rl_compaction.state import StateError, validate_state
-from rl_compaction.tasks import SPLITS, SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, get_family
+from rl_compaction.tasks import (
+    SPLITS,
+    SUBMIT_TOOL,
+    Difficulty,
+    Task,
+    TaskFamily,
+    ToolError,
+    get_family,
+    tool_arguments,
+)
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _RESERVED = {EVOLVE, SUBMIT_TOOL["name"]}
@@ -115,13 +124,14 @@ def check_family(
                 "peak_context": info["ledger"]["peak_context_tokens"],
             }
         )
-    if max(e["peak_context"] for e in report.episodes) < EnvConfig().context_window:
+    peak, default_window = max(e["peak_context"] for e in report.episodes), EnvConfig().context_window
+    if peak < default_window:
         report.warnings.append(
-            f"the oracle's peak context ({max(e['peak_context'] for e in report.episodes):,} tokens) stays under a "
-            f"{EnvConfig().context_window:,}-token window at this difficulty, so compaction is never needed"
+            f"the oracle's peak context ({peak:,} tokens) stays under a {default_window:,}-token window at this "
+            "difficulty, so compaction is never needed"
         )
     try:
-        check_env(CompactionEnv(family, split="test", difficulty=difficulty, config=config), skip_render_check=True)
+        check_env(env, skip_render_check=True)
     except Exception as e:  # Gymnasium reports in AssertionError, but a broken task can raise anything
         raise FamilyCheckError(f"{name}: Gymnasium's env checker failed on CompactionEnv: {e}") from e
     return report
@@ -150,7 +160,7 @@ def _fingerprint(task: Task, where: str) -> str:
         turn = task.oracle().act(state)
         calls = [x for x in turn if x.get("type") == "function_call" and x.get("name") not in _RESERVED]
         if calls:
-            parts.append(task.call_tool(calls[0]["name"], json.loads(calls[0]["arguments"])))
+            parts.append(task.call_tool(calls[0]["name"], tool_arguments(calls[0])))
     except Exception as e:
         raise FamilyCheckError(f"{where}: the oracle's first turn failed: {type(e).__name__}: {e}") from e
     return json.dumps(parts, sort_keys=True, ensure_ascii=False)
@@ -183,11 +193,12 @@ def _check_task(task: Task, where: str) -> None:
         _check_bad_calls(task, tool_name, params, at)
     _require(len(set(names)) == len(names), f"{where}: tool names repeat: {names}")
     _check_raises_tool_error(task, "no_such_tool_", {}, f"{where}: call_tool of an unknown tool")
+    state = task.initial_state()
     try:
-        validate_state(task.initial_state())
+        validate_state(state)
     except StateError as e:
         raise FamilyCheckError(f"{where}: initial_state() is not a valid State: {e}") from e
-    _require(bool(task.initial_state()), f"{where}: initial_state() is empty; the agent needs the task statement")
+    _require(bool(state), f"{where}: initial_state() is empty; the agent needs the task statement")
     for answer in ("", "xyzzy"):
         try:
             score = task.score(answer)
