@@ -11,9 +11,13 @@ Formulas (the design notes' names):
 - Compaction Cost = evolve-call tokens x output weight + Cache Cost, in input-token
   equivalents (output weight = output price / uncached input price);
 - task cost = sum over model invocations of uncached input x 1 + cached input x cache-read
-  weight + output x output weight + tokens newly written to cache x cache-write weight.
-  Which input tokens are cached is a `CacheModel`: the longest prefix shared with any
-  earlier request, rounded down to whole blocks, and nothing below a minimum length.
+  weight + output x output weight + tokens newly written to cache x cache-write weight
+  + attention x (sum of the positions of the uncached input tokens) + kv-read x (sum of the
+  positions of the generated tokens). Which input tokens are cached is a `CacheModel`: the
+  longest prefix shared with any earlier request, rounded down to whole blocks, and nothing
+  below a minimum length. The last two terms are zero for API price lists; the `local`
+  preset derives them from a model's shape (`local_cache_model`): a long context costs
+  attention in every prefill and a read of the whole KV cache for every generated token.
 
 Counting one more turn costs about the new tokens, not the whole context: counters cache
 token ids per rendered piece and `Ledger` keeps earlier requests in a hashed prefix index.
@@ -385,7 +389,12 @@ class CacheModel(BaseModel):
     Weights are relative to one uncached input token. `cache_write_weight` is the surcharge
     on top of that for each token newly written to cache (Anthropic's 1.25x write price is
     0.25 here). `cache_outputs`: whether a request's generated tokens also become cacheable
-    (vLLM's prefix cache keeps them; API prompt caches cache prompts)."""
+    (vLLM's prefix cache keeps them; API prompt caches cache prompts).
+
+    Context-length terms (zero for API price lists, derived by `local_cache_model`):
+    `attention_weight`: extra cost of an uncached input token per token before it (prefill
+    attention); `kv_read_weight`: extra cost of a generated token per token before it (each
+    decode step reads the request's whole KV cache)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
@@ -395,12 +404,100 @@ class CacheModel(BaseModel):
     cache_write_weight: float = Field(0.0, ge=0)
     output_weight: float = Field(ge=0)
     cache_outputs: bool = False
+    attention_weight: float = Field(0.0, ge=0)
+    kv_read_weight: float = Field(0.0, ge=0)
 
     def cached(self, prefix_tokens: int) -> int:
         """Tokens served from cache for a shared prefix of `prefix_tokens`: whole blocks only,
         and none below the minimum."""
         n = prefix_tokens // self.block_size * self.block_size
         return n if n >= self.min_cached_tokens else 0
+
+    def cost_parts(self, input_tokens: int, cached: int, output_tokens: int, written: int) -> dict[str, float]:
+        """One invocation's cost by part (input-token equivalents); the cost is their sum.
+
+        Positions count from 0: the uncached input tokens sit at positions cached .. input-1,
+        the generated ones at input .. input+output-1."""
+        uncached = input_tokens - cached
+        return {
+            "uncached_input": float(uncached),
+            "cached_input": cached * self.cache_read_weight,
+            "output": output_tokens * self.output_weight,
+            "cache_write": written * self.cache_write_weight,
+            "attention": self.attention_weight * _position_sum(cached, input_tokens),
+            "kv_read": self.kv_read_weight * _position_sum(input_tokens, input_tokens + output_tokens),
+        }
+
+
+#: the parts of a cost, in the order reports show them
+COST_PARTS = ("uncached_input", "cached_input", "output", "cache_write", "attention", "kv_read")
+
+
+def _position_sum(start: int, stop: int) -> int:
+    """start + (start + 1) + ... + (stop - 1)."""
+    return (stop * (stop - 1) - start * (start - 1)) // 2
+
+
+class ServingShape(BaseModel):
+    """What a local-serving cost model is derived from: the model's shape and the accelerator.
+
+    params: all parameters (every decode step reads them all); layers; attention_dim: query
+    heads x head dim; kv_dim: key/value heads x head dim (GQA); bytes_per_param: 2 for bf16
+    weights and KV cache; flops: the accelerator's dense bf16 FLOP/s; bandwidth: its memory
+    bandwidth in bytes/s; decode_batch: sequences decoded together (they share one weight read)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    params: float = Field(gt=0)
+    layers: int = Field(gt=0)
+    attention_dim: int = Field(gt=0)
+    kv_dim: int = Field(gt=0)
+    bytes_per_param: float = Field(2.0, gt=0)
+    flops: float = Field(gt=0)
+    bandwidth: float = Field(gt=0)
+    decode_batch: int = Field(64, gt=0)
+
+    @classmethod
+    def from_hf_config(cls, config: Any, **hardware: Any) -> ServingShape:
+        """The shape of a transformers decoder (a `PretrainedConfig` or its dict): parameters
+        counted as embeddings (+ an untied LM head) + per layer q/k/v/o and a gated MLP."""
+        c = config if isinstance(config, dict) else config.to_dict()
+        hidden, layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+        head_dim = c.get("head_dim") or hidden // heads
+        kv_heads = c.get("num_key_value_heads") or heads
+        attn, kv = heads * head_dim, kv_heads * head_dim
+        per_layer = hidden * (attn + 2 * kv) + attn * hidden + 3 * hidden * c["intermediate_size"]
+        embed = c["vocab_size"] * hidden * (1 if c.get("tie_word_embeddings", True) else 2)
+        return cls(params=embed + layers * per_layer, layers=layers, attention_dim=attn, kv_dim=kv, **hardware)
+
+
+def local_cache_model(shape: ServingShape) -> CacheModel:
+    """A cost model of serving `shape` yourself with prefix caching (vLLM, SGLang), in units of
+    one uncached input token at position 0.
+
+    Prefill is compute-bound: a token costs 2 x params FLOPs plus 4 x layers x attention_dim x t
+    for attending to the t tokens before it (QK^T and AV, 2 FLOPs per multiply-add; Kaplan et al.
+    2020, "Scaling Laws for Neural Language Models", Table 1). So one unit = 2 params / flops
+    seconds, and attention_weight = 2 x layers x attention_dim / params.
+    Decode is memory-bound: a step reads the weights once for the whole batch and the request's
+    own KV cache (2 x layers x kv_dim x bytes per token: the cache the request holds for its
+    life). Its time per generated token at position t is
+    (weight bytes / decode_batch + t x KV bytes) / bandwidth, so output_weight =
+    flops / (decode_batch x bandwidth) (for bf16) and kv_read_weight = KV bytes x flops /
+    (2 x params x bandwidth). Cached prefix tokens are not recomputed: read weight 0."""
+    unit_s = 2 * shape.params / shape.flops
+    weight_bytes = shape.params * shape.bytes_per_param
+    kv_bytes = 2 * shape.layers * shape.kv_dim * shape.bytes_per_param
+    return CacheModel(
+        block_size=1,
+        min_cached_tokens=0,
+        cache_read_weight=0.0,
+        cache_write_weight=0.0,
+        output_weight=weight_bytes / shape.decode_batch / shape.bandwidth / unit_s,
+        cache_outputs=True,
+        attention_weight=2 * shape.layers * shape.attention_dim / shape.params,
+        kv_read_weight=kv_bytes / shape.bandwidth / unit_s,
+    )
 
 
 def default_presets_path() -> Path:
@@ -440,7 +537,12 @@ def _parse_presets(path: str, version: int) -> tuple[str, dict[str, CacheModel]]
         if not isinstance(fields, dict):
             raise PresetError(f"{p}: preset {name!r} must be a mapping of fields")
         try:
-            presets[str(name)] = CacheModel(**fields)
+            if "local" in fields:  # derived from a model shape and an accelerator
+                if set(fields) != {"local"} or not isinstance(fields["local"], dict):
+                    raise PresetError(f"{p}: preset {name!r}: 'local' takes a mapping of shape fields and stands alone")
+                presets[str(name)] = local_cache_model(ServingShape(**fields["local"]))
+            else:
+                presets[str(name)] = CacheModel(**fields)
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'preset'}: {err['msg']}" for err in e.errors())
             raise PresetError(f"{p}: preset {name!r}: {problems}") from None
@@ -608,6 +710,8 @@ class TurnCost:
     #: None: no evolve call in this turn; True/False: the edit was applied / failed
     evolve_applied: bool | None
     cost: float
+    #: the cost by part (`COST_PARTS`); they sum to `cost`
+    cost_parts: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -661,6 +765,7 @@ class Ledger:
         cached = cm.cached(min(shared, len(inputs)))
         written = max(0, cm.cached(len(cacheable)) - cm.cached(shared))
         uncached = len(inputs) - cached
+        parts = cm.cost_parts(len(inputs), cached, n_out, written)
         row = TurnCost(
             index=len(self._rows),
             input_tokens=len(inputs),
@@ -671,7 +776,8 @@ class Ledger:
             reusable_prefix=reusable_prefix(self._previous_input, inputs),
             evolve_call_tokens=evolve_call_tokens,
             evolve_applied=evolve_applied,
-            cost=uncached + cached * cm.cache_read_weight + n_out * cm.output_weight + written * cm.cache_write_weight,
+            cost=sum(parts.values()),
+            cost_parts=parts,
         )
         self._previous_input = cacheable[: len(inputs)] if len(cacheable) > len(inputs) else cacheable
         self._rows.append(row)
@@ -697,6 +803,7 @@ class Ledger:
             "output_tokens": sum(r.output_tokens for r in rows),
             "cache_write_tokens": sum(r.cache_write_tokens for r in rows),
             "cost": sum(r.cost for r in rows),
+            "cost_parts": {k: sum(r.cost_parts[k] for r in rows) for k in COST_PARTS},
             "peak_context_tokens": max((r.input_tokens for r in rows), default=0),
             "compactions": sum(r.evolve_applied is True for r in rows) + sum(self._harness_edits),
             "evolve_failures": sum(r.evolve_applied is False for r in rows) + sum(not a for a in self._harness_edits),
@@ -707,11 +814,13 @@ class Ledger:
 
 
 __all__ = [
+    "COST_PARTS",
     "CacheModel",
     "ChatTemplateCounter",
     "Ledger",
     "PrefixIndex",
     "PresetError",
+    "ServingShape",
     "TiktokenCounter",
     "TokenCounter",
     "TurnCost",
@@ -722,5 +831,6 @@ __all__ = [
     "get_cache_model",
     "get_counter",
     "load_presets",
+    "local_cache_model",
     "reusable_prefix",
 ]

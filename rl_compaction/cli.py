@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default for specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
     )
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
-    p.add_argument("--cache-preset", default="vllm")
+    p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--batch-size", type=int, default=4, help="episodes run together (one batched model call)")
@@ -496,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="none, evolve (the oracle's own edit), sliding_window, clear_tool_outputs; comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)
-            p.add_argument("--cache-preset", default="vllm")
+            p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
     return parser
 
 

@@ -69,7 +69,7 @@ class EnvConfig:
     max_output_tokens: int = 200_000
     max_wall_s: float | None = None
     tokenizer: str = "o200k_base"
-    cache_preset: str = "vllm"
+    cache_preset: str = "local"
     success_threshold: float = 1.0
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
 

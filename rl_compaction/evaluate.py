@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rl_compaction.accounting import get_cache_model
+from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
@@ -57,7 +57,7 @@ class EvalConfig:
     max_turns: int = 100
     strategy: str = "evolve"
     tokenizer: str = "o200k_base"
-    cache_preset: str = "vllm"
+    cache_preset: str = "local"
     max_new_tokens: int = 512
     temperature: float = 0.7
     batch_size: int = 4
@@ -163,7 +163,7 @@ def _model_summarizer(policy: Policy | ScriptedPolicy):
     return summarize
 
 
-def policy_metrics(name: str, records: list[EpisodeRecord], cache_weights: dict[str, float]) -> dict[str, Any]:
+def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
     """Success with a 95% interval, score, cost and its parts, cache reuse, context, edits, time."""
     n = len(records)
     infos = [r.info for r in records]
@@ -183,12 +183,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord], cache_weights: dict[
         "success_ci95": [lo, hi],
         "mean_score": avg([i["score"] for i in infos]),
         "mean_cost": avg([x["cost"] for x in ledgers]),
-        "cost_parts": {
-            "uncached_input": avg([x["uncached_tokens"] for x in ledgers]),
-            "cached_input": avg([x["cached_tokens"] * cache_weights["cache_read_weight"] for x in ledgers]),
-            "output": avg([x["output_tokens"] * cache_weights["output_weight"] for x in ledgers]),
-            "cache_write": avg([x["cache_write_tokens"] * cache_weights["cache_write_weight"] for x in ledgers]),
-        },
+        "cost_parts": {k: avg([x["cost_parts"][k] for x in ledgers]) for k in COST_PARTS},
         "cached_share": avg([x["cached_share"] for x in ledgers]),
         "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
         "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
@@ -217,6 +212,8 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "cached",
         "output",
         "write",
+        "attention",
+        "kv read",
         "cache%",
         "peak ctx",
         "compact/ep",
@@ -237,6 +234,8 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{parts['cached_input']:,.0f}",
                 f"{parts['output']:,.0f}",
                 f"{parts['cache_write']:,.0f}",
+                f"{parts['attention']:,.0f}",
+                f"{parts['kv_read']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions_per_episode']:.1f}",
@@ -245,8 +244,9 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
             ]
         )
     legend = (
-        "cost = uncached + cached + output + write, per episode in input-token equivalents (each part is its "
-        "tokens x the preset's weight); cache% = share of input tokens read from the prompt cache"
+        "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
+        "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
+        "generated tokens reading the KV cache of the context); cache% = share of input tokens read from the cache"
     )
     return render_table(table) + "\n" + legend
 
@@ -289,8 +289,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
-    cache_model = get_cache_model(config.cache_preset)
-    weights = {k: getattr(cache_model, k) for k in ("cache_read_weight", "output_weight", "cache_write_weight")}
+    get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
     for spec in config.policies:
         name, strategy = split_spec(spec, config.strategy)
@@ -316,7 +315,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                     records.extend(new)
             if isinstance(policy, Policy):
                 policy.close()
-        row = policy_metrics(label, sorted(records, key=lambda r: r.task_seed), weights)
+        row = policy_metrics(label, sorted(records, key=lambda r: r.task_seed))
         rows.append(row)
         by_policy[label] = row
     table = format_metrics(rows)

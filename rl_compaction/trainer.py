@@ -65,7 +65,7 @@ class CompactionGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75% of window)."}
     )
     max_turns: int = field(default=64, metadata={"help": "Model turns per episode."})
-    cache_preset: str = field(default="vllm", metadata={"help": "Cache model preset (configs/accounting.yaml)."})
+    cache_preset: str = field(default="local", metadata={"help": "Cache model preset (configs/accounting.yaml)."})
     reward_score_weight: float = field(default=1.0, metadata={"help": "Weight of the task score."})
     reward_success_bonus: float = field(default=0.5, metadata={"help": "Bonus for a successful episode."})
     reward_cost_weight: float = field(default=0.2, metadata={"help": "Weight of min(cost / cost_scale, 1)."})

@@ -14,6 +14,7 @@ from rl_compaction.accounting import (
     Ledger,
     PrefixIndex,
     PresetError,
+    ServingShape,
     TiktokenCounter,
     cache_cost,
     compaction_cost,
@@ -22,6 +23,7 @@ from rl_compaction.accounting import (
     get_cache_model,
     get_counter,
     load_presets,
+    local_cache_model,
     reusable_prefix,
 )
 from rl_compaction.render import ESTIMATE_GENERATION_PROMPT, chat_messages, chat_tools, estimate_pieces
@@ -417,6 +419,79 @@ def test_ledger_rejects_bad_records():
     assert ledger.totals()["invocations"] == 0 and ledger.totals()["cached_share"] == 0.0
 
 
+def test_context_length_terms_price_every_position_once():
+    """Each uncached input token pays attention to the tokens before it, each generated token a read
+    of the KV cache before it; a brute-force sum over positions gives the same cost."""
+    model = CacheModel(cache_read_weight=0.0, output_weight=3.0, attention_weight=0.01, kv_read_weight=0.002)
+    ledger = Ledger(model)
+    first = ledger.record(list(range(100)), 20)
+    assert first.cost == pytest.approx(
+        100 + 20 * 3.0 + sum(0.01 * t for t in range(100)) + sum(0.002 * t for t in range(100, 120))
+    )
+    second = ledger.record(list(range(150)), 10)  # 100 cached: only positions 100..149 are prefilled
+    assert second.cost_parts["attention"] == pytest.approx(sum(0.01 * t for t in range(100, 150)))
+    assert second.cost_parts["kv_read"] == pytest.approx(sum(0.002 * t for t in range(150, 160)))
+    assert second.cost == pytest.approx(sum(second.cost_parts.values()))
+    totals = ledger.totals()
+    assert totals["cost"] == pytest.approx(first.cost + second.cost)
+    assert totals["cost_parts"]["attention"] == pytest.approx(
+        first.cost_parts["attention"] + second.cost_parts["attention"]
+    )
+
+
+def test_local_cost_model_follows_the_shape():
+    """The derivation: output weight = flops / (batch x bandwidth) for bf16; attention and KV-read
+    weights scale with layers x width / params; a bigger decode batch makes output cheaper."""
+    shape = ServingShape(
+        params=1e9, layers=20, attention_dim=1000, kv_dim=200, flops=1e15, bandwidth=5e12, decode_batch=50
+    )
+    model = local_cache_model(shape)
+    assert model.output_weight == pytest.approx(1e15 / (50 * 5e12))
+    assert model.attention_weight == pytest.approx(2 * 20 * 1000 / 1e9)
+    kv_bytes = 2 * 20 * 200 * 2
+    assert model.kv_read_weight == pytest.approx(kv_bytes * 1e15 / (2 * 1e9 * 5e12))
+    assert model.cache_read_weight == 0 and model.cache_outputs
+    wider = local_cache_model(shape.model_copy(update={"decode_batch": 100}))
+    assert (
+        wider.output_weight == pytest.approx(model.output_weight / 2) and wider.kv_read_weight == model.kv_read_weight
+    )
+
+
+def test_local_shape_from_a_transformers_config():
+    from transformers import Qwen2Config
+
+    # Qwen2.5-0.5B's published shape: 494M parameters with tied embeddings
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    shape = ServingShape.from_hf_config(config, flops=989e12, bandwidth=4.8e12)
+    assert shape.params == pytest.approx(494e6, rel=0.01)
+    assert (shape.layers, shape.attention_dim, shape.kv_dim) == (24, 896, 128)
+    derived, shipped = local_cache_model(shape), get_cache_model("local")  # the preset is this shape
+    for weight in ("output_weight", "attention_weight", "kv_read_weight"):
+        assert getattr(derived, weight) == pytest.approx(getattr(shipped, weight), rel=0.01)
+
+
+def test_default_preset_is_local_and_makes_long_contexts_cost():
+    """Under the default preset one more turn at a long context costs more than at a short one,
+    for the same new tokens: the reason an unlimited context no longer looks cheapest."""
+    model = get_cache_model()
+    assert model == get_cache_model("local")
+
+    def turn_cost(context: int) -> float:
+        ledger = Ledger(model)
+        ledger.record(list(range(context)), 20)
+        return ledger.record(list(range(context + 200)), 20).cost
+
+    assert turn_cost(100_000) > 10 * turn_cost(1_000)
+
+
 # --------------------------------------------------------------------------- presets
 
 
@@ -454,7 +529,7 @@ def test_bad_presets_fail_clearly(tmp_path, text, message):
 def test_missing_presets_file_and_unknown_preset(tmp_path):
     with pytest.raises(PresetError, match=f"not found: {tmp_path / 'nope.yaml'}"):
         load_presets(tmp_path / "nope.yaml")
-    with pytest.raises(PresetError, match="unknown cache model preset 'gemini'; choose one of vllm"):
+    with pytest.raises(PresetError, match="unknown cache model preset 'gemini'; choose one of local, local-7b, vllm"):
         get_cache_model("gemini")
     with pytest.raises(ValueError):
         CacheModel(cache_read_weight=float("nan"), output_weight=1.0)

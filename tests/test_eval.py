@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rl_compaction.accounting import COST_PARTS
 from rl_compaction.evaluate import EvalConfig, run_eval, split_spec
 from rl_compaction.oracle import OracleScriptedPolicy, make_env
 from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
@@ -78,19 +79,25 @@ def test_bad_specs_are_rejected(tmp_path: Path):
         run_eval(EvalConfig(policies=["tiny@magic"], episodes=1, output_dir=str(tmp_path / "b"), **SMALL))
 
 
-def test_cost_parts_add_up_to_the_cost_and_the_table_shows_each(tmp_path: Path):
-    """Under a preset where every part has a weight, the printed parts sum to the printed cost."""
-    config = EvalConfig(
-        policies=["oracle@evolve"], episodes=1, output_dir=str(tmp_path), cache_preset="anthropic", **SMALL
-    )
+@pytest.mark.parametrize(
+    ("preset", "weighted"),
+    [
+        ("anthropic", ["uncached_input", "cached_input", "output", "cache_write"]),
+        ("local", ["uncached_input", "output", "attention", "kv_read"]),
+    ],
+)
+def test_cost_parts_add_up_to_the_cost_and_the_table_shows_each(tmp_path: Path, preset: str, weighted: list[str]):
+    """The printed parts sum to the printed cost; a preset's weighted parts are all there."""
+    config = EvalConfig(policies=["oracle@evolve"], episodes=1, output_dir=str(tmp_path), cache_preset=preset, **SMALL)
     result = run_eval(config)
     row = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))["policies"]["oracle@evolve"]
     parts = row["cost_parts"]
-    assert min(parts.values()) > 0
+    assert all(parts[k] > 0 for k in weighted)
+    assert all(parts[k] == 0 for k in set(parts) - set(weighted))
     assert sum(parts.values()) == pytest.approx(row["mean_cost"])
     header, _, values = result["table"].splitlines()[:3]
-    assert header.split()[5:10] == ["cost", "uncached", "cached", "output", "write"]
-    printed = values.split()[5:10]  # after the policy, "100% [x%, y%]" and the score
-    expected = [row["mean_cost"], parts["uncached_input"], parts["cached_input"], parts["output"], parts["cache_write"]]
+    assert header.split()[5:12] == ["cost", "uncached", "cached", "output", "write", "attention", "kv"]
+    printed = values.split()[5:12]  # after the policy, "100% [x%, y%]" and the score
+    expected = [row["mean_cost"], *(parts[k] for k in COST_PARTS)]
     assert printed == [f"{v:,.0f}" for v in expected]
-    assert "cost = uncached + cached + output + write" in result["table"]
+    assert "cost = uncached + cached + output + write + attention + kv read" in result["table"]
