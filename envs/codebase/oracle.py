@@ -3,7 +3,13 @@
 `analyse(state)` rebuilds everything the oracle knows from the State alone: the newest complete
 test log, the failing functions, where each is defined (search output), its newest changelog spec
 and the file lines read so far (read_file pages, with later edit_file calls replayed on them).
-`act` takes the first missing step; `evolve_code` keeps exactly the items that analysis uses.
+`act` takes the first missing step; `evolve_code` keeps exactly the items and lines that analysis
+uses, as a few lines of JavaScript: the call ids to keep, each with a regex for the lines of its
+output worth keeping (an output's first line, its header, always stays).
+
+A read_file output cut by an edit keeps its header, so the oracle knows which lines it covered: a
+covered line that is gone was dropped on purpose, and the walks from a function's definition to
+its spec and result lines step over it (a few lines at most: a doc comment or a function body).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ _READ_HEAD = re.compile(r"^(\S+) \(page (\d+) of (\d+), lines (\d+)-(\d+) of (\d
 _NUMBERED = re.compile(r"^\s*(\d+) \| ?(.*)$")
 _DOC_SPEC = re.compile(r"^\s*\* spec: result = (.*)$")
 _CODE = re.compile(r"^\s*const result = (.*);\s*$")
+#: the farthest a spec line sits above its definition, and a result line below it (generous: a
+#: doc comment and a body are under 12 lines, two functions are over 20 lines apart)
+_DOC_SPAN = _BODY_SPAN = 12
 #: give up (submit the repo as it is) once the State shows this many test runs: compaction is
 #: destroying evidence faster than the oracle can use it.
 MAX_TEST_RUNS = 40
@@ -58,8 +67,7 @@ class Target:
     path: str | None = None
     def_line: int | None = None
     changelog_spec: str | None = None
-    needles: list[str] = field(default_factory=list)  # search lines worth keeping
-    lines: dict[int, Line] = field(default_factory=dict)  # lines from the spec line to the result line
+    lines: dict[int, Line] = field(default_factory=dict)  # the lines that gave the spec and the code
     missing: int | None = None  # the next needed line that is not in context
     code_line: int | None = None
     code: str | None = None
@@ -125,15 +133,18 @@ def _page_lines(state: State, calls: list[Call]) -> tuple[int | None, int | None
     return None, None
 
 
-def file_view(path: str, calls: list[Call]) -> dict[int, Line]:
-    """Lines of `path` as last shown by read_file, with later edit_file calls replayed on them."""
+def file_view(path: str, calls: list[Call]) -> tuple[dict[int, Line], set[int]]:
+    """Lines of `path` as last shown by read_file, with later edit_file calls replayed on them, and
+    every line number a read_file output covered (its header says which, even if lines were cut)."""
     view: dict[int, Line] = {}
+    covered: set[int] = set()
     for c in calls:
         if c.name == "read_file" and c.output and c.args.get("path") == path:
             rows = c.output.split("\n")
             m = _READ_HEAD.match(rows[0])
             if not m or m.group(1) != path:
                 continue
+            covered.update(range(int(m.group(4)), int(m.group(5)) + 1))
             for row in rows[1:]:
                 n = _NUMBERED.match(row)
                 if n:
@@ -144,7 +155,7 @@ def file_view(path: str, calls: list[Call]) -> dict[int, Line]:
             ok = c.output is None or not c.output.lstrip().lower().startswith(("{", "error"))
             if seen and ok and isinstance(old, str) and isinstance(new, str) and old and seen.text.count(old) == 1:
                 seen.text = seen.text.replace(old, new)
-    return view
+    return view, covered
 
 
 def _changelog_spec(name: str, text: str) -> tuple[tuple[int, ...], str] | None:
@@ -174,39 +185,41 @@ def _locate(t: Target, calls: list[Call]) -> None:
                 if spec and (best is None or spec[0] > best[0]):
                     best = spec
         t.changelog_spec = best[1] if best else None
-        t.needles = [f"function {t.name}(", f"] {t.name}: spec changed"]
         return
 
 
 def _inspect(t: Target, calls: list[Call]) -> None:
     """Read the function's spec and result line from the file view: up from the definition to the
-    doc comment's `spec:` line (unless CHANGELOG.md already gave the spec), down to `const result`."""
+    doc comment's `spec:` line (unless CHANGELOG.md already gave the spec), down to `const result`.
+    A line no read_file output covered is missing (read its page); a covered line that was cut is
+    stepped over; a walk that finds nothing within its span asks for the page again."""
     assert t.path is not None and t.def_line is not None
-    view = file_view(t.path, calls)
-    if t.def_line in view:
-        t.lines[t.def_line] = view[t.def_line]
-    n = t.def_line - 1
-    while t.changelog_spec is None and n >= 1:
-        if n not in view:
-            t.missing = n
+    view, covered = file_view(t.path, calls)
+
+    def walk(start: int, step: int, span: int, pattern: re.Pattern[str], stop: str) -> tuple[int, str] | None:
+        for n in range(start, start + step * span, step):
+            if n < 1 or (n in view and view[n].text.rstrip() == stop):
+                return None
+            if n not in view:
+                if n in covered:
+                    continue
+                t.missing = n
+                return None
+            if m := pattern.match(view[n].text):
+                t.lines[n] = view[n]
+                return n, m.group(1)
+        t.missing = start  # the page was cut too much to tell: read it again
+        return None
+
+    if t.changelog_spec is None:
+        found = walk(t.def_line - 1, -1, _DOC_SPAN, _DOC_SPEC, "/**")
+        if found is None:
             return
-        t.lines[n] = view[n]
-        if m := _DOC_SPEC.match(view[n].text):
-            t.spec = m.group(1)
-        if t.spec is not None or view[n].text.lstrip().startswith("/**"):
-            break
-        n -= 1
-    n = t.def_line + 1
-    while t.code is None:
-        if n not in view:
-            t.missing = n
-            return
-        t.lines[n] = view[n]
-        if m := _CODE.match(view[n].text):
-            t.code_line, t.code = n, m.group(1)
-        elif view[n].text == "}":
-            break
-        n += 1
+        t.spec = found[1]
+    found = walk(t.def_line + 1, 1, _BODY_SPAN, _CODE, "}")
+    if found is None:
+        return
+    t.code_line, t.code = found
     if t.changelog_spec is not None:
         t.spec = t.changelog_spec
 
@@ -265,74 +278,43 @@ class CodebaseOracle(Oracle):
         return self._call(state, "run_tests", {})
 
     def evolve_code(self, state: State) -> str:
-        """Keep the task statement, the newest test log cut to its failures and summary, the search
-        lines and file lines of each failing function, and the edits that still matter (after the
-        log, or on a kept line); drop everything else."""
+        """Keep the task statement, the newest test log cut to its `==` summary lines, each failing
+        function's search hits for its definition and changelog specs, the read_file lines that gave
+        its spec and result line, and the edits that still matter (after the log, or on a kept line);
+        drop everything else, the previous edits and the compaction request included."""
         a = analyse(state)
-        keep: dict[str, dict[str, Any]] = {}
+        keep: dict[str, str | None] = {}  # call id -> regex of the output lines to keep (None: all)
         if a.log is not None:
-            keep[a.log.call_id] = {"mode": "log"}
+            keep[a.log.call_id] = "^=="
         kept_lines = {(t.path, n) for t in a.targets for n in t.lines}
         for e in a.edits:
             if (a.log is not None and e.index > a.log.index) or (e.args.get("path"), e.args.get("line")) in kept_lines:
-                keep[e.call_id] = {"mode": "all"}
+                keep[e.call_id] = None
+        numbers: dict[str, set[int]] = {}
         for t in a.targets:
             if t.search_id is not None:
-                keep[t.search_id] = {"mode": "grep", "needles": t.needles}
+                keep[t.search_id] = "function |spec changed"
             for num, line in t.lines.items():
-                keep.setdefault(line.call_id, {"mode": "lines", "ranges": []})["ranges"].append(num)
-        for how in keep.values():
-            if how["mode"] == "lines":
-                how["ranges"] = _ranges(how["ranges"])
-        plan = {"messages": [a.statement] if a.statement is not None else [], "keep": keep}
-        return _EVOLVE_JS.replace("__PLAN__", json.dumps(plan, separators=(",", ":")))
+                numbers.setdefault(line.call_id, set()).add(num)
+        for call_id, nums in numbers.items():
+            keep[call_id] = f"^ *({'|'.join(map(str, sorted(nums)))}) "
+        text_outputs = {
+            it["call_id"]
+            for it in state
+            if it.get("type") == "function_call_output" and isinstance(it.get("output"), str)
+        }
+        entries = ",".join(
+            f"{_js_key(cid)}:{f'/{rx}/' if rx and cid in text_outputs else 0}" for cid, rx in keep.items()
+        )
+        first = "" if a.statement is None else ("!i||" if a.statement == 0 else f"i=={a.statement}||")
+        return (
+            f"const keep={{{entries}}};\n"
+            f"return state.filter((x,i)=>{first}i==state.length-1||x.call_id in keep).map(x=>{{"
+            "const re=keep[x.call_id];"
+            "return re&&x.output?{...x,output:x.output.split('\\n').filter((l,j)=>!j||re.test(l)).join('\\n')}:x})"
+        )
 
 
-def _ranges(numbers: list[int]) -> list[list[int]]:
-    """Sorted line numbers as [[first, last], ...] runs of consecutive lines."""
-    runs: list[list[int]] = []
-    for n in sorted(set(numbers)):
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return runs
-
-
-_EVOLVE_JS = r"""const plan = __PLAN__;
-const textOf = (o) => (typeof o === "string" ? o : o.map((p) => (p.type === "input_text" ? p.text : "")).join("\n"));
-const shrink = (text, how) => {
-  const lines = text.split("\n");
-  if (how.mode === "all") return text;
-  if (how.mode === "grep") return lines.filter((l, i) => i === 0 || how.needles.some((n) => l.includes(n))).join("\n");
-  if (how.mode === "lines") {
-    return lines.filter((l, i) => {
-      if (i === 0) return true;
-      const m = /^\s*(\d+) \|/.exec(l);
-      return m !== null && how.ranges.some((r) => Number(m[1]) >= r[0] && Number(m[1]) <= r[1]);
-    }).join("\n");
-  }
-  const out = [];
-  let inFail = false;
-  for (const l of lines) {
-    if (l.startsWith("  FAIL  ")) inFail = true;
-    else if (!(inFail && l.startsWith("        "))) inFail = false;
-    if (inFail || l.startsWith("== ")) out.push(l);
-  }
-  return out.join("\n");
-};
-const last = state.length - 1;
-const out = [];
-state.forEach((item, i) => {
-  if (i === last && item.type === "function_call") out.push(item);
-  else if (plan.messages.includes(i)) out.push(item);
-  else if (typeof item.call_id === "string" && Object.prototype.hasOwnProperty.call(plan.keep, item.call_id)) {
-    if (item.type === "function_call") out.push(item);
-    else if (item.type === "function_call_output") {
-      const output = shrink(textOf(item.output), plan.keep[item.call_id]);
-      out.push({ type: "function_call_output", call_id: item.call_id, output: output });
-    }
-  }
-});
-return out;
-"""
+def _js_key(call_id: str) -> str:
+    """A call id as an object key: bare when it is an identifier, else a JSON string."""
+    return call_id if re.fullmatch(r"[A-Za-z_$][\w$]*", call_id) else json.dumps(call_id)
