@@ -13,7 +13,10 @@ from driver import run_oracle  # tests/ is on sys.path under pytest
 from envs.codebase import POOLS, CodebaseFamily, CodebaseTask
 from envs.codebase import runner as codebase_runner
 from envs.codebase.oracle import MAX_TEST_RUNS, analyse
+from rl_compaction.accounting import get_counter
+from rl_compaction.env import EnvConfig
 from rl_compaction.evolve import apply_evolve
+from rl_compaction.oracle import make_env, run_oracle_episode
 from rl_compaction.state import State, dumps_state, validate_state
 from rl_compaction.tasks import SPLITS, Difficulty, ToolError, split_seed
 from rl_compaction.tiktoken_offline import get_encoding
@@ -316,6 +319,44 @@ def test_evolve_code_keeps_the_evidence_and_shrinks_the_state() -> None:
     ]
     [call] = task.oracle().act(after_state)
     assert (call["name"], call["arguments"]) == (expected[0]["name"], expected[0]["arguments"])
+
+
+def evolve_call_tokens(code: str) -> int:
+    """Tokens of the evolve call as the env's ledger counts them (o200k_base)."""
+    call = {"type": "function_call", "call_id": "e", "name": "evolve", "arguments": json.dumps({"code": code})}
+    return get_counter("o200k_base").call_tokens(call)
+
+
+def test_evolve_call_is_short_and_selects_exact_lines() -> None:
+    # mid-fix, with a search, a cut-worthy page and an edit to keep: the richest edit the oracle writes
+    task = make(1, "test", Difficulty(0.3, 2))
+    state = play(task, task.initial_state(), until="edit_file")
+    [call] = task.oracle().act(state)
+    out = task.call_tool(call["name"], json.loads(call["arguments"]))
+    state = state + [call, {"type": "function_call_output", "call_id": call["call_id"], "output": out}]
+    code = task.oracle().evolve_code(state)
+    assert evolve_call_tokens(code) < 160, code
+    assert code.count("\n") <= 2 and "/^==/" in code  # a keep table and one filter, the log cut by a regex
+    edited = evolve(task, state)
+    page = next(it["output"] for it in edited if str(it.get("output", "")).startswith("src/"))
+    assert len(page.splitlines()) <= 3  # the header and the spec and result lines, not the whole page
+    # an edit of the edited State (its evolve round trip included) is as short and drops only that
+    assert evolve_call_tokens(task.oracle().evolve_code(edited)) < 160
+    assert evolve(task, edited, "evolve_2")[:-2] == edited[:-2]
+
+
+def test_oracle_solves_the_env_episode_with_several_compactions() -> None:
+    # the real env: the harness asks for compaction at the threshold, the oracle answers with its
+    # evolve code each time, editing States its earlier edits produced
+    config = EnvConfig(context_window=8000, compaction_threshold=4000)
+    env = make_env("codebase", strategy="evolve", config=config, difficulty=Difficulty(0.3, 2))
+    for seed in range(2):
+        info = run_oracle_episode(env, seed, use_evolve=True)
+        ledger = info["ledger"]
+        assert info["success"] and info["truncated_reason"] is None, seed
+        assert ledger["compactions"] >= 3 and ledger["evolve_failures"] == 0
+        assert ledger["evolve_tokens"] / ledger["compactions"] < 160
+        assert ledger["peak_context_tokens"] <= 8000
 
 
 def oracle_evolve(task: CodebaseTask):

@@ -303,8 +303,10 @@ class CodebaseOracle(Oracle):
             for it in state
             if it.get("type") == "function_call_output" and isinstance(it.get("output"), str)
         }
+        order = {it.get("call_id"): i for i, it in enumerate(state)}
         entries = ",".join(
-            f"{_js_key(cid)}:{f'/{rx}/' if rx and cid in text_outputs else 0}" for cid, rx in keep.items()
+            f"{_js_key(cid)}:{f'/{rx}/' if rx and cid in text_outputs else 0}"
+            for cid, rx in sorted(keep.items(), key=lambda kv: order.get(kv[0], 0))
         )
         first = "" if a.statement is None else ("!i||" if a.statement == 0 else f"i=={a.statement}||")
         return (
