@@ -12,6 +12,7 @@ from driver import run_oracle  # tests/ is on sys.path under pytest
 
 from envs.codebase import POOLS, CodebaseFamily, CodebaseTask
 from envs.codebase import runner as codebase_runner
+from envs.codebase.generator import bug_counts
 from envs.codebase.oracle import MAX_TEST_RUNS, analyse
 from rl_compaction.accounting import get_counter
 from rl_compaction.env import EnvConfig
@@ -120,6 +121,13 @@ def test_level_adds_bugs_and_revisions() -> None:
 
     (b1, r1), (b2, r2), (b3, r3) = count(1), count(2), count(3)
     assert b1 < b2 < b3 and r1 == 0 < r2 < r3
+
+
+def test_scale_lengthens_the_horizon_with_more_bugs() -> None:
+    # every bug costs a test run, so the number of runs (the horizon) grows with the scale, not
+    # only the size of each log: without that, compaction could not push the peak far below a log
+    plain = [bug_counts(2, scale)[0] for scale in (0.3, 1.0, 1.5, 3.0, 5.0)]
+    assert plain == [2, 5, 6, 11, 17]
 
 
 # --------------------------------------------------------------------------- tools

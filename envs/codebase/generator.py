@@ -411,10 +411,12 @@ CANDIDATES = 48
 
 def bug_counts(level: int, scale: float) -> tuple[int, int, int]:
     """(plain bugs, stale-spec bugs, revised-but-correct distractors). Level adds bugs, revisions and
-    distractors; scale >= 0.5 adds plain bugs, since each fix means another test run: volume grows
-    without any single tool output outgrowing a 32k context."""
+    distractors; scale >= 0.5 adds plain bugs (3 per unit of scale), since each fix means another
+    test run: the horizon grows with the scale, not only the size of each test log (which grows with
+    the number of functions). A fixed number of runs would keep every log about 1/8 of an unlimited
+    context's peak, so no compaction could bring the peak much below that."""
     bugs, stale, revised = {1: (2, 0, 0), 2: (2, 1, 2), 3: (3, 2, 3)}[level]
-    extra = round(3 * min(scale, 1.5)) if scale >= 0.5 else 0
+    extra = round(3 * scale) if scale >= 0.5 else 0
     return bugs + extra, stale, revised
 
 
