@@ -5,7 +5,9 @@ context-bound oracle (`rl_compaction.oracle`). The oracle plays whole episodes i
 `CompactionEnv` under varied compaction strategies: ``"evolve"`` (the oracle answers the
 harness's compaction request with its own targeted evolve edit), ``"none"``, or a harness
 strategy (``"sliding_window"``, ``"clear_tool_outputs"``) that rewrites the State between
-turns. Only successful episodes are kept.
+turns. Only successful episodes are kept, except those of the strategies named in
+``keep_failed``: imperfect demonstrations (``"evolve_lossy"``, ``"none"`` at a small window), so
+the warm-started policy sometimes errs the way a real model does and RL has something to fix.
 
 Why one row per turn: the agent's context is rewritten by edits, so a whole episode is not one
 append-only conversation and cannot be written as one. Each row is what the policy saw at that
@@ -236,6 +238,7 @@ def write_demos(
     compaction_threshold: int | None = None,
     tokenizer_name_or_path: str | None = None,
     first_seed: int = 0,
+    keep_failed: list[str] | tuple[str, ...] = (),
 ) -> Dataset:
     """Run the oracle and save one SFT row per clean turn of each successful episode to `out_dir`.
 
@@ -255,6 +258,8 @@ def write_demos(
         raise ValueError(f"families must name known task families ({', '.join(known)}), got {families}")
     if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
         raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
+    if any(s not in strategies for s in keep_failed):
+        raise ValueError(f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}")
     if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
         raise ValueError("families and strategies must not repeat")
     if episodes_per_family < len(strategies):
@@ -285,8 +290,8 @@ def write_demos(
             episode_rows, info = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
-            if info["success"]:
-                s["successful"] += 1
+            s["successful"] += bool(info["success"])
+            if info["success"] or strategy in keep_failed:
                 s["rows"] += len(episode_rows)
                 s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
                 rows.extend(episode_rows)
@@ -313,6 +318,7 @@ def write_demos(
             "compaction_threshold": compaction_threshold,
             "tokenizer": counter or EnvConfig.tokenizer,
             "first_seed": first_seed,
+            "keep_failed": list(keep_failed),
         },
     }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -16,16 +16,23 @@ from rl_compaction.strategies import HARNESS_STRATEGIES
 from rl_compaction.tasks import Difficulty, Oracle
 
 #: "none": no compaction; "evolve": the oracle answers compaction requests with its own
-#: targeted evolve code; the others are harness strategies run at the threshold.
-ORACLE_STRATEGIES = ("none", "evolve", *HARNESS_STRATEGIES)
+#: targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE` (an imperfect
+#: strategy for demonstrations, so RL has something to fix); the others are harness strategies
+#: run at the threshold.
+ORACLE_STRATEGIES = ("none", "evolve", "evolve_lossy", *HARNESS_STRATEGIES)
+
+#: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
+#: output (the pending evolve call stays last). It forgets every fact the tools returned.
+LOSSY_EVOLVE_CODE = 'return state.filter((x, i) => x.type === "message" || i === state.length - 1);'
 
 
 class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
-    evolve call carrying the oracle's targeted code; otherwise requests are ignored."""
+    evolve call carrying the oracle's targeted code (or `LOSSY_EVOLVE_CODE` when `lossy`);
+    otherwise requests are ignored."""
 
-    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False):
-        self.oracle, self.env, self.use_evolve = oracle, env, use_evolve
+    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, lossy: bool = False):
+        self.oracle, self.env, self.use_evolve, self.lossy = oracle, env, use_evolve, lossy
         self._answered = 0
 
     def act(self, observation: dict[str, Any]) -> list[dict[str, Any]]:
@@ -33,7 +40,7 @@ class OraclePolicy:
         request = self.env.pending_compaction_request
         if self.use_evolve and request and request != self._answered:
             self._answered = request  # answer each request once, even if the edit fails
-            code = self.oracle.evolve_code(state)
+            code = LOSSY_EVOLVE_CODE if self.lossy else self.oracle.evolve_code(state)
             if code is not None:
                 return [
                     {
@@ -58,9 +65,14 @@ class OracleScriptedPolicy(ScriptedPolicy):
     def act_env(self, env: CompactionEnv, observation: dict[str, Any]) -> Turn:
         task, policy = self._bound.get(id(env), (None, None))
         if task is not env.task:  # a new episode in this env
-            policy = OraclePolicy(env.task.oracle(), env, use_evolve=self.strategy == "evolve")
+            policy = OraclePolicy(env.task.oracle(), env, **evolve_options(self.strategy))
             self._bound[id(env)] = (env.task, policy)
         return Turn(items=policy.act(observation))
+
+
+def evolve_options(strategy: str) -> dict[str, bool]:
+    """`OraclePolicy` keyword arguments for an oracle strategy."""
+    return {"use_evolve": strategy in ("evolve", "evolve_lossy"), "lossy": strategy == "evolve_lossy"}
 
 
 def make_env(
@@ -80,10 +92,10 @@ def make_env(
     return CompactionEnv(family, split=split, difficulty=difficulty, config=config, strategy=harness)
 
 
-def run_oracle_episode(env: CompactionEnv, seed: int, *, use_evolve: bool = False) -> dict[str, Any]:
+def run_oracle_episode(env: CompactionEnv, seed: int, *, use_evolve: bool = False, lossy: bool = False) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
-    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve)
+    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, lossy=lossy)
     while True:
         obs, _, terminated, truncated, info = env.step(policy.act(obs))
         if terminated or truncated:

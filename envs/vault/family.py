@@ -1,0 +1,182 @@
+"""The vault family: carry a few exact facts through compaction, the learnable toy for CPU.
+
+The agent reads a vault's log page by page with `read` (no arguments: the log has a cursor)
+until it returns END, then submits the vault's key. The facts that make up the key are
+`note:` lines on early pages; every other page is filler. The log outgrows the context
+window, so the agent must compact; the facts are shown once, so a compaction that drops the
+oldest turns (sliding window) or clears old tool outputs loses them, and nothing in the rest
+of the log lets the agent recover or guess them beyond chance.
+
+Why this is the toy: turns are short (one argument-free call), the right edit is one short
+template (keep the pages with notes, drop the rest), and a tiny model can learn it on a CPU.
+`scale` multiplies the number of filler pages, so a large scale gives the long horizon.
+
+Levels: 1 = one fact (the key word); 2 = the word and a dial number; 3 = word, dial and a
+direction, and decoy notes about other vaults that the key must not take.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rl_compaction.state import State, text_of
+from rl_compaction.tasks import Difficulty, Oracle, Task, TaskFamily, ToolError, check_arguments, function_tool, split_seed
+
+#: key words: one token each in the tiny tokenizer, and absent from the harness's own text
+KEY_WORDS = ("years", "invoice", "account", "amount", "record", "query", "after", "know")
+DIRECTIONS = ("left", "right")
+#: vault names are split-specific entities (the key words and numbers are shared values, as in probe)
+VAULT_NAMES: dict[str, tuple[str, ...]] = {
+    "train": ("Ash", "Birch", "Cedar", "Elm", "Fir", "Hazel", "Larch", "Maple", "Oak", "Pine", "Rowan", "Yew"),
+    "validation": ("Bronze", "Copper", "Iron", "Nickel", "Tin", "Zinc", "Cobalt", "Chrome"),
+    "test": ("Delta", "Fjord", "Glen", "Heath", "Isle", "Marsh", "Moor", "Ridge", "Vale", "Weald"),
+}
+FILLER = (
+    "the clerk counted the shelves again and wrote nothing new in the margin of the old book while "
+    "rain fell on the roof and the lamps burned low in the long hall where the files are kept"
+).split()
+
+READ_TOOL = function_tool("read", "Read the next page of the vault log; returns END after the last page.", {}, [])
+NOTE = re.compile(r'^note: vault (\w+) (?:opens with the word "(\w+)"|dial (\d+)|turn (left|right))\.$', re.MULTILINE)
+END_TEXT = "END of the log."
+
+INSTRUCTIONS = """\
+Read the vault log page by page with read() until it returns END, then call submit with the \
+vault's key: its key word, then (if the log gives them) its dial number and its turn direction, \
+separated by single spaces, e.g. "amount 7 left". Notes about other vaults do not count."""
+
+
+@dataclass(frozen=True)
+class _Level:
+    facts: int  # 1: word; 2: + dial; 3: + direction
+    decoys: int  # notes about other vaults
+    pages: int  # filler pages at scale 1.0
+    words: int  # filler words per page
+
+
+_LEVELS = {1: _Level(1, 0, 30, 1200), 2: _Level(2, 0, 30, 1200), 3: _Level(3, 2, 30, 1200)}
+
+
+class VaultTask(Task):
+    """One vault log; the key is revealed only through the pages and checked by `score`."""
+
+    family: ClassVar[str] = "vault"
+    instructions = INSTRUCTIONS
+
+    def __init__(self, vault: str, pages: list[str], key: list[str]):
+        self.vault = vault
+        self._pages = pages
+        self._key = key
+        self._cursor = 0
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [dict(READ_TOOL)]
+
+    def initial_state(self) -> State:
+        text = f"Find the key of vault {self.vault}. Read the log with read() until END, then submit the key."
+        return [{"type": "message", "role": "user", "content": text}]
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if name != "read":
+            raise ToolError(f"unknown tool {name!r}; this task's tool is read")
+        check_arguments(name, arguments, {})
+        if self._cursor >= len(self._pages):
+            return END_TEXT
+        self._cursor += 1
+        return self._pages[self._cursor - 1]
+
+    def score(self, answer: str) -> float:
+        """Share of the key's parts given right, in order (an exact, space-separated answer scores 1)."""
+        if not isinstance(answer, str):
+            return 0.0
+        given = answer.strip().lower().split()
+        right = sum(1 for i, part in enumerate(self._key) if i < len(given) and given[i] == part)
+        return right / len(self._key) if len(given) <= len(self._key) else right / len(given)
+
+    def oracle(self) -> Oracle:
+        return VaultOracle()
+
+
+def read_key(state: State) -> tuple[str | None, list[str]]:
+    """The vault named in the task statement and the key parts its State's notes give (in order)."""
+    vault, parts = None, {}
+    for item in state:
+        if item.get("type", "message") == "message" and item.get("role") == "user" and vault is None:
+            m = re.search(r"key of vault (\w+)", text_of(item.get("content", "")))
+            vault = m.group(1) if m else None
+        elif item.get("type") == "function_call_output":
+            for m in NOTE.finditer(text_of(item.get("output", ""))):
+                if m.group(1) == vault:
+                    for i, value in enumerate(m.groups()[1:]):
+                        if value is not None:
+                            parts[i] = value
+    return vault, [parts[i] for i in sorted(parts)]
+
+
+#: the targeted edit: keep the task, every page with a note and the pending call (a call is judged by
+#: its output, which follows it); drop filler pages, harness requests and old evolve round trips
+EVOLVE_CODE = """return state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));"""
+
+
+class VaultOracle(Oracle):
+    """Reads until END is in its State, then submits the key parts its State still holds."""
+
+    def act(self, state: State) -> list[dict[str, Any]]:
+        done = any(
+            x.get("type") == "function_call_output" and text_of(x.get("output", "")) == END_TEXT for x in state
+        )
+        if not done:
+            return [self.function_call(state, "read", {})]
+        _, parts = read_key(state)
+        return [self.function_call(state, "submit", {"answer": " ".join(parts)})]
+
+    def evolve_code(self, state: State) -> str:
+        return EVOLVE_CODE
+
+
+def _filler(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(FILLER) for _ in range(n))
+
+
+def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTask:
+    lv = _LEVELS[difficulty.level]
+    names = VAULT_NAMES[split]
+    vault = rng.choice(names)
+    key = [rng.choice(KEY_WORDS), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
+    notes = [
+        f'note: vault {vault} opens with the word "{key[0]}".',
+        *([f"note: vault {vault} dial {key[1]}."] if lv.facts > 1 else []),
+        *([f"note: vault {vault} turn {key[2]}."] if lv.facts > 2 else []),
+    ]
+    others = [n for n in names if n != vault]
+    for _ in range(lv.decoys):
+        notes.append(f'note: vault {rng.choice(others)} opens with the word "{rng.choice(KEY_WORDS)}".')
+    rest = notes[1:]
+    rng.shuffle(rest)
+    notes = notes[:1] + rest
+    fillers = max(2, round(lv.pages * difficulty.scale))
+    pages = [f"page 1\n{notes[0]}"]
+    # later notes land on the first pages after the first, before the filler that follows them
+    for i, note in enumerate(notes[1:], start=2):
+        pages.append(f"page {i}\n{_filler(rng, lv.words // 2)}\n{note}")
+    for _ in range(fillers):
+        pages.append(f"page {len(pages) + 1}\n{_filler(rng, lv.words)}")
+    return VaultTask(vault, pages, key)
+
+
+class VaultFamily(TaskFamily):
+    """Seeded generator of vault logs (see the module docstring)."""
+
+    name: ClassVar[str] = "vault"
+    description: ClassVar[str] = (
+        "Carry a vault's key (a word, a dial number, a direction) shown once on early pages through "
+        "many pages of filler; the learnable toy for CPU training."
+    )
+
+    def make(self, seed: int, split: str = "train", difficulty: Difficulty | None = None) -> VaultTask:
+        difficulty = difficulty or Difficulty()
+        rng = random.Random(split_seed(self.name, split, seed))
+        return generate(rng, split, difficulty)

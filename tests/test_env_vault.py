@@ -1,0 +1,89 @@
+"""The vault toy: the facts are shown once, so only an edit that keeps them lets the agent answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
+from rl_compaction.checker import check_family
+from rl_compaction.env import EnvConfig
+from rl_compaction.models import resolve_model
+from rl_compaction.oracle import evolve_options, make_env, run_oracle_episode
+from rl_compaction.tasks import Difficulty
+
+TOY = Difficulty(scale=0.2, level=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_counter() -> str:
+    return f"hf:{resolve_model('tiny')}"
+
+
+def _run(strategy: str, window: int, counter: str, seed: int = 0, threshold: int | None = 3200) -> dict:
+    config = EnvConfig(context_window=window, compaction_threshold=min(threshold or window, window), tokenizer=counter)
+    env = make_env("vault", split="test", strategy=strategy, config=config, difficulty=TOY)
+    return run_oracle_episode(env, seed, **evolve_options(strategy))
+
+
+def test_the_family_passes_the_task_contract():
+    report = check_family(VaultFamily(), difficulty=TOY)
+    assert all(e["score"] == 1.0 for e in report.episodes)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_only_the_targeted_edit_carries_the_key_through_the_window(tiny_counter: str, seed: int):
+    """The toy's promise: unlimited context and the targeted edit succeed; no compaction, a sliding window,
+    cleared tool outputs and the lossy edit all fail, because the key was shown once."""
+    unlimited = _run("none", 1_000_000, tiny_counter, seed)
+    assert unlimited["success"] and unlimited["ledger"]["peak_context_tokens"] > 3 * 4500
+    evolve = _run("evolve", 4500, tiny_counter, seed)
+    assert evolve["success"] and evolve["ledger"]["compactions"] >= 5 and evolve["ledger"]["evolve_failures"] == 0
+    assert evolve["ledger"]["peak_context_tokens"] <= 4500
+    assert _run("none", 4500, tiny_counter, seed)["truncated_reason"] == "context_window"
+    for lossy in ("sliding_window", "clear_tool_outputs", "evolve_lossy"):
+        assert not _run(lossy, 4500, tiny_counter, seed)["success"], lossy
+
+
+def test_the_targeted_edit_is_short_and_keeps_the_note_exactly(tiny_counter: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_counter[3:])
+    assert len(tokenizer(EVOLVE_CODE)["input_ids"]) <= 60
+    task = VaultFamily().make(3, "test", TOY)
+    first_page = task.call_tool("read", {})
+    state = task.initial_state() + [
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": first_page},
+    ]
+    assert read_key(state) == (task.vault, task._key)
+
+
+def test_score_gives_partial_credit_in_order_and_no_credit_for_padding():
+    task = VaultFamily().make(0, "test", Difficulty(scale=0.2, level=3))
+    word, dial, turn = task._key
+    assert task.score(f"{word} {dial} {turn}") == 1.0
+    assert task.score(f" {word.upper()}  {dial} {turn} ") == 1.0
+    assert task.score(word) == pytest.approx(1 / 3)
+    assert task.score(f"{dial} {word} {turn}") == pytest.approx(1 / 3)
+    assert task.score(f"{word} {dial} {turn} extra") < 1.0
+    assert task.score("") == 0.0
+
+
+def test_splits_use_disjoint_vaults_and_the_key_comes_from_the_shared_words():
+    family = VaultFamily()
+    vaults = {split: {family.make(s, split, TOY).vault for s in range(30)} for split in ("train", "validation", "test")}
+    assert not (vaults["train"] & vaults["validation"] or vaults["train"] & vaults["test"])
+    assert {family.make(s, "test", TOY)._key[0] for s in range(40)} <= set(KEY_WORDS)
+
+
+def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
+    task = VaultFamily().make(5, "test", Difficulty(scale=0.2, level=3))
+    pages = [task.call_tool("read", {}) for _ in range(5)]
+    assert sum(p.count("note: vault") for p in pages) == 5  # word, dial, turn and two decoys
+    state = task.initial_state()
+    for i, page in enumerate(pages):
+        state += [
+            {"type": "function_call", "call_id": f"c{i}", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{i}", "output": page},
+        ]
+    assert read_key(state)[1] == task._key
