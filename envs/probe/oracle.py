@@ -41,26 +41,57 @@ class StreamView:
 
 
 def read_state(state: State) -> StreamView:
-    """Parse the task statement, every complete batch output and any END output in `state`."""
+    """Parse the task statement, every batch output (complete, or cut to the tracked keys' lines)
+    and any END output in `state`."""
     view = StreamView()
     for item in state:
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            if (keys := stream.parse_tracked(text_of(item.get("content", "")))) is not None:
+                view.keys = keys
+                break
+    for item in state:
         kind = item.get("type", "message")
-        if kind == "message" and item.get("role") == "user" and view.keys is None:
-            view.keys = stream.parse_tracked(text_of(item.get("content", "")))
-        elif kind == "function_call" and item.get("name") == "next_batch":
-            try:
-                index = json.loads(item.get("arguments", "")).get("index")
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(index, int) and not isinstance(index, bool):
+        if kind == "function_call" and item.get("name") == "next_batch":
+            if (index := _index(item)) is not None:
                 view.fetches[index] += 1
         elif kind == "function_call_output":
             text = text_of(item.get("output", ""))
-            if (batch := stream.parse_batch(text)) is not None:
+            if (batch := stream.parse_batch(text, view.keys or ())) is not None:
                 view.batches[batch.index] = batch
             elif (n := stream.parse_end(text)) is not None:
                 view.n_batches = n
     return view
+
+
+def _index(call: dict[str, Any]) -> int | None:
+    try:
+        index = json.loads(call.get("arguments", "")).get("index")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def stale_calls(state: State, keys: list[str]) -> list[str]:
+    """Call ids the oracle's edit removes with their outputs: earlier evolve calls (not the pending
+    last one), next_batch reads that hold no batch or END (cleared, cut short, errors) and every
+    copy of a batch or END but the newest."""
+    last = state[-1] if state else None
+    names = {x["call_id"]: x.get("name") for x in state if x.get("type") == "function_call"}
+    drop = [x["call_id"] for x in state if x.get("name") == "evolve" and x is not last and x["call_id"] in names]
+    newest: dict[object, str] = {}
+    for item in state:
+        if item.get("type") != "function_call_output" or names.get(item["call_id"]) != "next_batch":
+            continue
+        text = text_of(item.get("output", ""))
+        batch = stream.parse_batch(text, keys)
+        what = batch.index if batch is not None else "END" if stream.parse_end(text) is not None else None
+        if what is None:
+            drop.append(item["call_id"])
+        else:
+            if what in newest:
+                drop.append(newest[what])
+            newest[what] = item["call_id"]
+    return drop
 
 
 class ProbeOracle(Oracle):
@@ -77,9 +108,17 @@ class ProbeOracle(Oracle):
         return [self.function_call(state, "next_batch", {"index": index})]
 
     def evolve_code(self, state: State) -> str:
-        """Keep the task statement, END and the newest complete copy of each batch cut to the
-        tracked keys' lines; drop cleared or broken batch reads, duplicates and old evolve calls."""
-        return EVOLVE_JS
+        """Cut every batch output to the tracked keys' lines (header and footer stay, values exact),
+        drop harness messages and the calls `stale_calls` names with their outputs."""
+        keys = read_state(state).keys
+        if keys is None:  # no task statement in sight: change nothing
+            return "return state;"
+        return EVOLVE_JS.replace("__DROP__", json.dumps(stale_calls(state, keys))).replace("__KEYS__", "|".join(keys))
 
 
-EVOLVE_JS = files("envs.probe").joinpath("evolve.js").read_text(encoding="utf-8")
+#: the template of the oracle's edit (comment lines stripped: the model writes only code).
+EVOLVE_JS = "\n".join(
+    line
+    for line in files("envs.probe").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
+    if not line.startswith("//")
+)

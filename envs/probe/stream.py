@@ -1,7 +1,7 @@
 """The text formats of the probe task, rendered by the generator and parsed by the oracle.
 
-Kept in one module so the writer and the reader cannot drift; `evolve.js` repeats the same
-line patterns for in-context compaction (see the tests that run both on the same outputs).
+Kept in one module so the writer and the reader cannot drift; `evolve.js` cuts batches with the
+same line shapes (the tests run the oracle on what it leaves).
 
 A batch output looks like::
 
@@ -11,14 +11,17 @@ A batch output looks like::
     ...
     end of batch 3 (250 lines)
 
-Its filtered form (what targeted compaction leaves) keeps only the tracked keys' lines::
+Its cut form (what targeted compaction leaves) keeps the header, the footer and only the
+tracked keys' lines::
 
-    batch 3 (tracked keys only)
+    batch 3
     K7Q=12
     correction: K7Q at batch 1 should have been -4
-    end of batch 3 (2 lines kept of 250)
+    end of batch 3 (250 lines)
 
-The footer's line count lets a reader tell a complete batch from one a compaction truncated.
+A reader accepts a batch whose body has the footer's line count (complete), or fewer lines that
+all concern tracked keys (cut); anything else (cleared, truncated mid-line, marked as cut short,
+an error) is not a batch, so the reader fetches it again.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from dataclasses import dataclass, field
 
 KEY_PATTERN = r"[A-Z][0-9][A-Z]"
 TRACKED_RE = re.compile(rf"^Tracked keys: ((?:{KEY_PATTERN}, )*{KEY_PATTERN})\.$", re.MULTILINE)
-HEADER_RE = re.compile(r"^batch (\d+)( \(tracked keys only\))?$")
-FOOTER_RE = re.compile(r"^end of batch (\d+) \((\d+) lines(?: kept of (\d+))?\)$")
+HEADER_RE = re.compile(r"^batch (\d+)$")
+FOOTER_RE = re.compile(r"^end of batch (\d+) \((\d+) lines\)$")
 UPDATE_RE = re.compile(rf"^({KEY_PATTERN})=(-?\d+)$")
 CORRECTION_RE = re.compile(rf"^correction: ({KEY_PATTERN}) at batch (\d+) should have been (-?\d+)$")
 END_RE = re.compile(r"^END \(the stream has (\d+) batches\)$")
@@ -68,21 +71,20 @@ class Batch:
     corrections: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-def parse_batch(text: str) -> Batch | None:
-    """Parse a batch output; None when the text is not a complete, well-formed batch (e.g.
-    cleared, truncated or an error), so the reader knows to fetch it again."""
+def parse_batch(text: str, keys: Iterable[str] = ()) -> Batch | None:
+    """Parse a batch output, complete or cut to the lines of `keys`; None when the text is not a
+    well-formed batch (e.g. cleared, truncated or an error), so the reader knows to fetch it again."""
     lines = text.strip("\n").split("\n")
     if len(lines) < 2:
         return None
     head, foot = HEADER_RE.fullmatch(lines[0]), FOOTER_RE.fullmatch(lines[-1])
     if not head or not foot or head.group(1) != foot.group(1):
         return None
-    filtered = head.group(2) is not None
-    if filtered != (foot.group(3) is not None):
-        return None
     body = lines[1:-1]
-    if len(body) != int(foot.group(2)):
+    complete = len(body) == int(foot.group(2))
+    if len(body) > int(foot.group(2)):
         return None
+    wanted = set(keys)
     batch = Batch(int(head.group(1)))
     for line in body:
         if m := UPDATE_RE.fullmatch(line):
@@ -92,6 +94,8 @@ def parse_batch(text: str) -> Batch | None:
         elif m := CORRECTION_RE.fullmatch(line):
             batch.corrections[(m.group(1), int(m.group(2)))] = int(m.group(3))
         else:
+            return None
+        if not complete and m.group(1) not in wanted:
             return None
     return batch
 
