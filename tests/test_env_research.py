@@ -11,9 +11,11 @@ import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
 
 from envs.research import POOLS, ResearchFamily, ResearchTask
-from envs.research.oracle import MAX_CALLS
+from envs.research.oracle import EVOLVE_TEMPLATE, MAX_CALLS
 from envs.research.pools import split_of_root
 from envs.research.text import CORRECTION_PREFIX, parse_page, parse_statement
+from rl_compaction.env import EnvConfig
+from rl_compaction.oracle import make_env, run_oracle_episode
 from rl_compaction.sandbox import run_evolve
 from rl_compaction.state import State, dumps_state, validate_state
 from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family, tool_arguments
@@ -265,3 +267,49 @@ def test_scale_one_gives_long_episodes():
     ep = run_oracle(make(0, difficulty=Difficulty(scale=1.0, level=2)))
     assert ep.score == 1.0
     assert sum(len(enc.encode(out)) for out in ep.outputs) > 32_000
+
+
+def test_evolve_cut_keeps_every_fact_and_correction_of_every_page():
+    """The cut keeps a page's sentences that name its subject or open with "Its " / "The town ";
+    every fact and correction sentence is one of those and no filler sentence is."""
+    for level in (1, 2, 3):
+        task = make(1, difficulty=Difficulty(0.3, level))
+        state: State = task.initial_state()
+        for i, url in enumerate(task._world.pages):
+            args = json.dumps({"url": url})
+            state = step(task, state, {"type": "function_call", "call_id": f"c{i}", "name": "open", "arguments": args})
+        state.append({"type": "function_call", "call_id": "evolve_1", "name": "evolve", "arguments": "{}"})
+        result = run_evolve(state, EVOLVE_TEMPLATE.replace("__DROP__", "[]"))
+        assert result.error is None, result.error
+        cut = {it["call_id"]: it["output"] for it in result.state if it["type"] == "function_call_output"}
+        outputs = {it["call_id"]: it["output"] for it in state if it["type"] == "function_call_output"}
+        for call_id, output in outputs.items():
+            full, short = parse_page(output), parse_page(cut[call_id])
+            assert (short.title, short.url, short.date, short.complete) == (full.title, full.url, full.date, True)
+            assert short.facts == full.facts and short.corrections == full.corrections
+        assert sum(map(len, cut.values())) < 0.3 * sum(map(len, outputs.values()))
+
+
+def env_episode(strategy: str, window: int, threshold: int | None = None, seed: int = 0) -> dict:
+    """The oracle in `CompactionEnv`: "none" ignores compaction requests, "evolve" answers them."""
+    config = EnvConfig(context_window=window, compaction_threshold=threshold)
+    env = make_env("research", strategy=strategy, config=config, difficulty=Difficulty(0.3, 2))
+    return run_oracle_episode(env, seed, use_evolve=strategy == "evolve")
+
+
+def test_oracle_evolve_episode_with_many_compactions_succeeds():
+    """Each edit cuts an already cut State again; nothing the oracle needs is lost or fetched twice."""
+    for seed in range(2):
+        plain, info = env_episode("none", 1_000_000, seed=seed), env_episode("evolve", 9_000, 5_000, seed)
+        ledger = info["ledger"]
+        assert info["success"], info["truncated_reason"]
+        assert ledger["compactions"] >= 6 and ledger["evolve_failures"] == 0
+        assert info["turns"] == plain["turns"] + ledger["compactions"]
+        assert ledger["peak_context_tokens"] < plain["ledger"]["peak_context_tokens"] / 2
+
+
+def test_oracle_evolve_call_is_short():
+    """The edit is a demonstration for SFT and each of its tokens reads the whole context: keep it
+    a few lines of code (o200k tokens per call, as the ledger counts them)."""
+    ledger = env_episode("evolve", 9_000, 5_000)["ledger"]
+    assert ledger["evolve_tokens"] / ledger["compactions"] < 250

@@ -21,9 +21,6 @@ from typing import Any
 
 from envs.research.text import (
     CORRECTION_PREFIX,
-    END_MARKER,
-    EVIDENCE_PATTERNS,
-    TASK_MARKER,
     ParsedPage,
     Question,
     parse_page,
@@ -34,9 +31,14 @@ from rl_compaction.tasks import Oracle
 
 MAX_FETCHES = 3
 MAX_CALLS = 600  # a last guard: past this many calls the oracle submits what it has
-_DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}) ")
+_DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?: |$)")  # a compacted excerpt keeps only the date
 
-EVOLVE_TEMPLATE = files("envs.research").joinpath("evolve.js").read_text(encoding="utf-8")
+#: the template of the oracle's edit (comment lines stripped: the model writes only code).
+EVOLVE_TEMPLATE = "\n".join(
+    line
+    for line in files("envs.research").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
+    if not line.startswith("//")
+)
 
 
 @dataclass
@@ -49,7 +51,15 @@ class View:
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (tool, query or url) -> calls
 
 
+_RESULT_LINE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\S+) (.+)$")
+
+
 def _results(text: str) -> list[dict[str, str]] | None:
+    """A search output's results: the tool's JSON, or its compacted form (one `DATE URL TITLE` line
+    per result kept, as evolve.js writes it); None if `text` is neither."""
+    lines = [_RESULT_LINE_RE.match(line) for line in text.split("\n")]
+    if all(lines):
+        return [{"title": m.group(3), "url": m.group(2), "excerpt": m.group(1)} for m in lines if m]
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
@@ -100,7 +110,7 @@ class Walk:
 
     answers: dict[str, str] = field(default_factory=dict)  # questions fully resolved
     need: tuple[str, dict[str, str]] | None = None  # the first tool call a hop lacks
-    keep_searches: dict[str, list[str]] = field(default_factory=dict)  # call_id -> urls the walk used
+    keep_searches: set[str] = field(default_factory=set)  # call_ids of searches the walk used
     keep_pages: set[str] = field(default_factory=set)  # call_ids of pages the walk used
 
 
@@ -120,6 +130,7 @@ def walk(view: View) -> Walk:
             )
             return None
         search_id, results = view.searches[entity]
+        out.keep_searches.add(search_id)
         dated = [(d, r) for r in results if (d := _date(r))]
         mains = [(d, r) for d, r in dated if r["title"] == entity]
         if not mains:
@@ -127,8 +138,6 @@ def walk(view: View) -> Walk:
         main_date, main = max(mains, key=lambda t: t[0])
         notices = sorted((d, r["url"]) for d, r in dated if r["title"] == CORRECTION_PREFIX + entity and d > main_date)
         used = [main["url"], *(u for _, u in notices)]
-        out.keep_searches.setdefault(search_id, [])
-        out.keep_searches[search_id] += [u for u in used if u not in out.keep_searches[search_id]]
         missing = [u for u in used if u not in view.pages]
         out.keep_pages.update(view.pages[u][0] for u in used if u in view.pages)
         if missing:
@@ -167,15 +176,12 @@ class ResearchOracle(Oracle):
         return [self.function_call(state, tool, args)]
 
     def evolve_code(self, state: State) -> str:
-        """Keep the task statement, the search results and pages the hops use (pages cut to their
-        header and fact or correction sentences, searches to the results used) and drop the rest:
-        other searches and pages, cleared outputs, errors, old evolve calls, other messages."""
+        """Keep the task statement and the searches and pages the hops use, cut down (see
+        evolve.js); drop every other call with its output (old evolve calls, unused, cleared or
+        failed reads), harness messages and reasoning items."""
         result = walk(read_state(state))
-        plan = {
-            "marker": TASK_MARKER,
-            "end": END_MARKER,
-            "patterns": list(EVIDENCE_PATTERNS),
-            "searches": result.keep_searches,
-            "pages": sorted(result.keep_pages),
-        }
-        return EVOLVE_TEMPLATE.replace("__PLAN__", json.dumps(plan, ensure_ascii=False))
+        keep = result.keep_searches | result.keep_pages
+        last = state[-1] if state else None
+        drop = [x["call_id"] for x in state if x.get("type") == "function_call" and x is not last]
+        drop = [cid for cid in drop if cid not in keep]
+        return EVOLVE_TEMPLATE.replace("__DROP__", json.dumps(drop, ensure_ascii=False))

@@ -1,9 +1,10 @@
 """Text formats of the research family: facts, pages, corrections, questions and answers.
 
 The generator writes and the oracle reads with the same tables here, so every fact sentence
-has a pattern that recovers its value exactly. Patterns are plain regular expressions that
-JavaScript understands too (the oracle's evolve code keeps page sentences that match them).
-Filler sentences are built from a grammar whose words never form a fact pattern.
+has a pattern that recovers its value exactly. Filler sentences are built from a grammar whose
+words never form a fact pattern, never name an entity and never open with "Its " or "The town ";
+every fact and correction sentence names its page's subject or opens with one of those, which is
+how the oracle's evolve code (evolve.js) tells the sentences to keep from filler.
 """
 
 from __future__ import annotations
@@ -91,8 +92,6 @@ _LABELS_RE = "|".join(re.escape(label) for label in sorted(_BY_LABEL, key=len, r
 CORRECTION_PATTERN = rf"The correct ({_LABELS_RE}) of (.+?) is ([^.]+)\."
 _CORRECTION_RE = re.compile(CORRECTION_PATTERN)
 _FACT_RES = {key: tuple(re.compile(p) for p in a.patterns) for key, a in ATTRS.items()}
-#: every pattern whose sentences the oracle reads (facts and corrections), for evolve code.
-EVIDENCE_PATTERNS: tuple[str, ...] = (*(p for a in ATTRS.values() for p in a.patterns), CORRECTION_PATTERN)
 
 
 def fact_sentence(attr: str, subject: str, value: str, variant: int) -> str:
