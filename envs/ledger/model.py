@@ -246,14 +246,18 @@ def statement_order(lines: Iterable[BankLine]) -> list[BankLine]:
     return sorted(lines, key=lambda b: (b.day, b.id))
 
 
-def reconcile(memo: Memo, bank: Iterable[BankLine], ledger: Iterable[LedgerLine]) -> list[Finding]:
+def reconcile(
+    memo: Memo, bank: Iterable[BankLine], ledger: Iterable[LedgerLine], booked: Iterable[str] = ()
+) -> list[Finding]:
     """Apply the task's rules (stated in the instructions) to the given records.
 
+    `booked`: ids of bank lines already booked, within tolerance, by an entry not among `ledger`
+    (a compaction removed it); every given entry naming one of them books it a second time.
     A currency missing from the memo's table makes its lines unconvertible; they are
     treated as rate 0 / tolerance 0, which can only happen on a corrupted context."""
     bank_lines = statement_order(bank)
     by_id = {b.id: b for b in bank_lines}
-    matched: dict[str, LedgerLine] = {}
+    matched: dict[str, LedgerLine | None] = dict.fromkeys(booked)
     findings: list[Finding] = []
     for entry in sorted(ledger, key=lambda e: (e.day, e.id)):
         b = by_id.get(entry.bank_ref)
