@@ -12,10 +12,12 @@ import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
 
 from envs.dialogue import POOLS, DialogueFamily, DialogueOracle, DialogueTask
-from envs.dialogue.formats import parse_calendar, parse_room
+from envs.dialogue.formats import parse_calendar, parse_room, render_calendar, render_room
 from envs.dialogue.grammar import fmt_time, parse_events
 from envs.dialogue.oracle import View, read_state, solve
 from envs.dialogue.pools import DAYS
+from rl_compaction.env import EnvConfig
+from rl_compaction.oracle import make_env, run_oracle_episode
 from rl_compaction.sandbox import run_evolve
 from rl_compaction.state import State, dumps_state, validate_state
 from rl_compaction.tasks import SPLITS, Difficulty, ToolError, tool_arguments
@@ -383,3 +385,48 @@ def test_scale_one_produces_well_over_32k_tokens() -> None:
     tool_tokens = sum(len(enc.encode(o)) for o in ep.outputs)
     user_tokens = sum(len(enc.encode(m)) for m in task.world.messages)
     assert tool_tokens > 32_000 and tool_tokens + user_tokens > 40_000
+
+
+def test_above_scale_one_outputs_keep_their_size_and_the_conversation_grows() -> None:
+    """So that a long episode still fits a small window one output at a time (issue 8: a context an
+    eighth of the unlimited peak)."""
+    enc = get_encoding("o200k_base")
+
+    def sizes(scale: float) -> tuple[int, int, int]:
+        world = make(1, "test", Difficulty(scale=scale, level=2)).world
+        calendar = max(len(enc.encode(render_calendar(world, day))) for day in DAYS)
+        room = max(len(enc.encode(render_room(r))) for r in world.rooms.values())
+        return calendar, room, sum(len(enc.encode(m)) for m in world.messages)
+
+    one, big = sizes(1.0), sizes(4.5)
+    assert big[0] < 1.3 * one[0] and big[1] < 1.3 * one[1]  # same team and rooms, other random draws
+    assert big[2] > 10 * one[2]
+
+
+def env_episode(strategy: str, window: int, seed: int = 0, level: int = 2) -> dict:
+    """The oracle in `CompactionEnv` at scale 0.3: "none" ignores compaction requests, "evolve" answers
+    them with its own edit; the threshold leaves room for one calendar output."""
+    config = EnvConfig(context_window=window, compaction_threshold=min(window, 6_000))
+    env = make_env("dialogue", strategy=strategy, config=config, difficulty=Difficulty(0.3, level))
+    return run_oracle_episode(env, seed, use_evolve=strategy == "evolve")
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_oracle_evolve_episode_with_several_compactions_succeeds(level: int) -> None:
+    """Each edit cuts an already cut State again; no requirement or calendar line the schedule needs
+    is lost or fetched twice, and the peak stays far below."""
+    for seed in range(2):
+        plain, info = env_episode("none", 1_000_000, seed, level), env_episode("evolve", 9_000, seed, level)
+        ledger = info["ledger"]
+        assert info["success"], info["truncated_reason"]
+        assert ledger["compactions"] >= 4 and ledger["evolve_failures"] == 0
+        assert info["turns"] == plain["turns"] + ledger["compactions"]
+        assert ledger["peak_context_tokens"] < plain["ledger"]["peak_context_tokens"] / 2
+
+
+def test_oracle_evolve_call_is_short() -> None:
+    """The edit is a demonstration for SFT and each of its tokens reads the whole context: two lines
+    of code (o200k tokens per call, as the ledger counts them)."""
+    calls = [row["evolve_call_tokens"] for row in env_episode("evolve", 9_000)["ledger_rows"]]
+    calls = [n for n in calls if n]
+    assert len(calls) >= 4 and max(calls) < 230

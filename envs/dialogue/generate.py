@@ -23,6 +23,7 @@ _LUNCHES = (
     (11 * 60 + 45, 12 * 60 + 45),
     (12 * 60 + 15, 13 * 60 + 15),
 )
+NOISE_CAP = 2.0  # above scale 1, a pasted text grows to at most this many times its scale-1 length
 _TRAPS = ("minutes_fix", "day_move", "forget_day", "attendee_add", "attendee_drop", "lunch_move", "window_move")
 
 
@@ -120,7 +121,16 @@ class _Names:
 
 class Generator:
     def __init__(self, rng: random.Random, pools: SplitPools, level: int, scale: float):
-        self.rng, self.pools, self.lv, self.scale = rng, pools, LEVELS[level], scale
+        # Up to scale 1 everything grows with the scale. Above it each output keeps its scale-1 size
+        # (calendars, room records; a pasted text grows to at most NOISE_CAP times its scale-1 length)
+        # and the conversation gets longer instead: more pasted texts between the requirements, about
+        # (5 * scale - 4) times the scale-1 amount of noise, so the episode's volume stays about
+        # proportional to the scale while every single output still fits a small context window.
+        self.rng, self.pools, self.lv, self.scale = rng, pools, LEVELS[level], min(scale, 1.0)
+        self.noise_scale = min(scale, NOISE_CAP)
+        self.noise_messages = self.lv.noise_messages
+        if scale > 1:
+            self.noise_messages = round(self.lv.noise_messages * (5 * scale - 4) / self.noise_scale)
         self.names = _Names(rng, pools, set(pools.rooms) | set(pools.meeting_kinds))
         self.meeting_names: list[str] = []  # noise mentions them unquoted, as distractors
 
@@ -415,7 +425,7 @@ class Generator:
         r, pools = self.rng, self.pools
         if r.random() < 0.3:
             return r.choice(pools.chatter)
-        length = max(1, round(self.scale * r.randint(70, 120)))
+        length = max(1, round(self.noise_scale * r.randint(70, 120)))
         sentences = [self._fill(r.choice(pools.noise_sentences), people, projects) for _ in range(length)]
         intro = r.choice(pools.noise_intros)
         if r.random() < 0.5:
@@ -443,7 +453,7 @@ class Generator:
             opener = r.choice(pools.revision_openers if any(rev for _, rev in group) else pools.openers)
             clauses = " ".join(render(ev, r.choice(pools.templates[ev.kind])) for ev, _ in group)
             messages.append(" ".join(x for x in (opener, clauses, r.choice(pools.closers)) if x))
-        for _ in range(self.lv.noise_messages):
+        for _ in range(self.noise_messages):
             messages.insert(r.randint(1, len(messages)), self._noise(people, projects))
         messages.append(r.choice(pools.templates["done"]))
         return messages

@@ -34,8 +34,6 @@ from envs.dialogue.grammar import (
     Event,
     MeetingReq,
     Requirements,
-    clause_regex_js,
-    done_regex_js,
     fmt_time,
     parse_events,
     reduce_events,
@@ -48,7 +46,12 @@ MAX_FETCHES = 4  # per calendar day or room, counting the calls still visible in
 MAX_NODES = 50_000  # search budget before constraints are relaxed
 TASK_TOOLS = ("calendar", "room_info")
 NOTES_MARK = "My notes, copied from a tool output:"
-_EVOLVE_JS = (Path(__file__).with_name("evolve.js")).read_text()
+#: the oracle's edit (envs/dialogue/evolve.js without its `//` comment lines): short on purpose, as
+#: every token of it is generated
+_EVOLVE_JS = "\n".join(
+    line for line in Path(__file__).with_name("evolve.js").read_text().splitlines() if not line.startswith("//")
+)
+LONG = 1000  # user messages this long or longer are pasted texts (unless one holding a requirement is)
 
 
 @dataclass
@@ -309,20 +312,19 @@ class DialogueOracle(Oracle):
         return None
 
     def evolve_code(self, state: State) -> str:
-        """Keep the task statement, only the requirement sentences of user messages, the oracle's
-        notes, the latest complete output per calendar day and room shrunk to the attendees' busy
-        lines and the room's capacity, equipment and bookings; drop chatter, pasted text, old edits."""
+        """A few lines of JavaScript (see evolve.js): keep the task statement, the requirement
+        messages, the oracle's notes and the calendar and room outputs cut to the attendees' blocking
+        entries and the rooms' capacity, equipment and bookings; drop pasted texts, chatter, requests
+        and old edits. The oracle names the attendees and a length no requirement message reaches."""
         req = read_state(state).requirements
         people = sorted({p for mt in req.meetings.values() for p in mt.attendees})
-        said = "\n".join(
-            text_of(it.get("content", ""))
+        needed = [
+            len(text)
             for it in state
             if it.get("type", "message") == "message" and it.get("role") == "user"
-        )
-        return (
-            _EVOLVE_JS.replace("__PEOPLE__", json.dumps(people))
-            .replace("__CLAUSE__", json.dumps(clause_regex_js(said)))
-            .replace("__DONE__", json.dumps(done_regex_js()))
-            .replace("__STATEMENT__", json.dumps(STATEMENT_MARK))
-            .replace("__NOTES__", json.dumps(NOTES_MARK))
+            for text in [text_of(it.get("content", ""))]
+            if text.startswith(STATEMENT_MARK) or parse_events(text)
+        ]
+        return _EVOLVE_JS.replace("__PEOPLE__", "|".join(people) or "(?!)").replace(
+            "__LONG__", str(max([LONG - 1, *needed]) + 1)
         )
