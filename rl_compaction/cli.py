@@ -15,6 +15,8 @@ from typing import Any
 
 from rl_compaction.state import State, StateError, dumps_state, load_state
 
+REPRODUCE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "reproduce" / "vault-tiny-cpu.yaml"
+
 
 class UsageError(Exception):
     """Bad input from the user: reported on one line, exit code 2."""
@@ -209,7 +211,7 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
     from rl_compaction.env import EnvConfig
-    from rl_compaction.oracle import ORACLE_STRATEGIES, make_env, run_oracle_episode
+    from rl_compaction.oracle import ORACLE_STRATEGIES, evolve_options, make_env, run_oracle_episode
     from rl_compaction.reports import oracle_table, progress
 
     _family(args.family)
@@ -223,15 +225,17 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
     for name in strategies:
         try:
             config = EnvConfig(
-                context_window=args.context_window, tokenizer=args.tokenizer, cache_preset=args.cache_preset
+                context_window=args.context_window,
+                compaction_threshold=args.compaction_threshold,
+                tokenizer=args.tokenizer,
+                cache_preset=args.cache_preset,
             )
             env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
         except ValueError as e:  # a bad window or cache preset
             raise UsageError(str(e)) from None
         seeds = range(args.seed_start, args.seed_start + args.episodes)
         results[name] = [
-            run_oracle_episode(env, seed, use_evolve=name == "evolve")
-            for seed in progress(seeds, f"{args.family}/{name}")
+            run_oracle_episode(env, seed, **evolve_options(name)) for seed in progress(seeds, f"{args.family}/{name}")
         ]
     print(oracle_table(args.family, args.split, args.context_window, results))
     return 0
@@ -276,17 +280,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_report(report: dict) -> None:
+    print(report["table"])
+    print("\nwhat each row is: learned (GRPO) = the trained checkpoint with evolve; SFT-only = the warm start before")
+    print("GRPO; oracle@STRATEGY = the scripted oracle under a fixed strategy at the same window; the last row is the")
+    print("oracle with an unlimited window (no compaction needed).")
+    print("\n" + "\n".join(report["verdict"]))
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in report["timings"].items())
+    print(f"\nstages: {times}\nplot:           {report['plot']}\nlearning curve: {report['learning_curve']}")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from rl_compaction.reproduce import ReproduceConfig, run_reproduce
+
+    try:
+        config = ReproduceConfig.from_yaml(args.config, output_dir=args.output_dir)
+        report = run_reproduce(config)
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
+    _print_report(report)
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from rl_compaction.quickstart import run_quickstart
 
     try:
         output_dir = args.output_dir or time.strftime("runs/quickstart-%Y%m%d-%H%M%S")
-        result = run_quickstart(output_dir, grpo_steps=args.grpo_steps, eval_episodes=args.episodes)
+        report = run_quickstart(output_dir)
     except FileExistsError as e:
         raise UsageError(str(e)) from None
-    print(result["table"])
-    times = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
-    print(f"\nstages: {times}\nepisodes: {result['episodes']}\nplot:     {result['plot']}")
+    _print_report(report)
     return 0
 
 
@@ -306,6 +330,7 @@ def cmd_demos(args: argparse.Namespace) -> int:
             compaction_threshold=args.compaction_threshold,
             tokenizer_name_or_path=args.tokenizer,
             first_seed=args.first_seed,
+            keep_failed=[x for x in args.keep_failed.split(",") if x],
         )
     except (ValueError, KeyError) as e:
         raise UsageError(str(e).strip("'\"")) from None
@@ -384,11 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
     p.set_defaults(func=cmd_examples)
 
-    p = sub.add_parser("quickstart", help="the whole pipeline at toy scale on CPU: demos, SFT, GRPO, eval")
+    p = sub.add_parser("quickstart", help="a shortened reproduction on CPU: demos, SFT, GRPO, eval (minutes)")
     p.add_argument("--output-dir", default=None, help="default: runs/quickstart-<date>-<time>")
-    p.add_argument("--grpo-steps", type=int, default=4)
-    p.add_argument("--episodes", type=int, default=4, help="evaluation episodes per policy")
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("reproduce", help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines")
+    p.add_argument("--config", default=str(REPRODUCE_CONFIG), help="a ReproduceConfig YAML")
+    p.add_argument("--output-dir", default=None, help="overrides the config's output_dir")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")
     p.add_argument(
@@ -454,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compaction-threshold", type=int, default=None)
     p.add_argument("--tokenizer", default=None, help="count tokens as this model does (name, path or encoding)")
     p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--keep-failed", default="", help="strategies whose failed episodes are kept (imperfect demos)")
     p.set_defaults(func=cmd_demos)
 
     models = sub.add_parser("models", help="offline models")
@@ -493,9 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--strategy",
                 default="none",
-                help="none, evolve (the oracle's own edit), sliding_window, clear_tool_outputs; comma-separated or all",
+                help="none, evolve (the oracle's own edit), evolve_lossy, sliding_window, clear_tool_outputs; "
+                "comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)
+            p.add_argument("--compaction-threshold", type=int, default=None, help="default: 75%% of the window")
             p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
     return parser
 

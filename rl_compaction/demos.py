@@ -259,7 +259,9 @@ def write_demos(
     if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
         raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
     if any(s not in strategies for s in keep_failed):
-        raise ValueError(f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}")
+        raise ValueError(
+            f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
+        )
     if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
         raise ValueError("families and strategies must not repeat")
     if episodes_per_family < len(strategies):

@@ -92,7 +92,9 @@ def make_env(
     return CompactionEnv(family, split=split, difficulty=difficulty, config=config, strategy=harness)
 
 
-def run_oracle_episode(env: CompactionEnv, seed: int, *, use_evolve: bool = False, lossy: bool = False) -> dict[str, Any]:
+def run_oracle_episode(
+    env: CompactionEnv, seed: int, *, use_evolve: bool = False, lossy: bool = False
+) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
     policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, lossy=lossy)

@@ -69,10 +69,11 @@ def test_score_gives_partial_credit_in_order_and_no_credit_for_padding():
     assert task.score("") == 0.0
 
 
-def test_splits_use_disjoint_vaults_and_the_key_comes_from_the_shared_words():
+def test_splits_use_disjoint_vault_numbers_and_the_key_comes_from_the_shared_words():
     family = VaultFamily()
     vaults = {split: {family.make(s, split, TOY).vault for s in range(30)} for split in ("train", "validation", "test")}
     assert not (vaults["train"] & vaults["validation"] or vaults["train"] & vaults["test"])
+    assert not vaults["validation"] & vaults["test"]
     assert {family.make(s, "test", TOY)._key[0] for s in range(40)} <= set(KEY_WORDS)
 
 

@@ -23,16 +23,26 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Difficulty, Oracle, Task, TaskFamily, ToolError, check_arguments, function_tool, split_seed
+from rl_compaction.tasks import (
+    Difficulty,
+    Oracle,
+    Task,
+    TaskFamily,
+    ToolError,
+    check_arguments,
+    function_tool,
+    split_seed,
+)
 
 #: key words: one token each in the tiny tokenizer, and absent from the harness's own text
 KEY_WORDS = ("years", "invoice", "account", "amount", "record", "query", "after", "know")
 DIRECTIONS = ("left", "right")
-#: vault names are split-specific entities (the key words and numbers are shared values, as in probe)
-VAULT_NAMES: dict[str, tuple[str, ...]] = {
-    "train": ("Ash", "Birch", "Cedar", "Elm", "Fir", "Hazel", "Larch", "Maple", "Oak", "Pine", "Rowan", "Yew"),
-    "validation": ("Bronze", "Copper", "Iron", "Nickel", "Tin", "Zinc", "Cobalt", "Chrome"),
-    "test": ("Delta", "Fjord", "Glen", "Heath", "Isle", "Marsh", "Moor", "Ridge", "Vale", "Weald"),
+#: vault numbers are the split-specific entities (n % 3 names the split), written with the same digits
+#: in every split, so a model meets no unseen token on held-out tasks; the key words and numbers are
+#: shared values, as in probe
+VAULT_NUMBERS: dict[str, tuple[str, ...]] = {
+    split: tuple(str(n) for n in range(100, 1000) if n % 3 == r)
+    for split, r in (("train", 0), ("validation", 1), ("test", 2))
 }
 FILLER = (
     "the clerk counted the shelves again and wrote nothing new in the margin of the old book while "
@@ -40,7 +50,7 @@ FILLER = (
 ).split()
 
 READ_TOOL = function_tool("read", "Read the next page of the vault log; returns END after the last page.", {}, [])
-NOTE = re.compile(r'^note: vault (\w+) (?:opens with the word "(\w+)"|dial (\d+)|turn (left|right))\.$', re.MULTILINE)
+NOTE = re.compile(r'^note: vault (\d+) (?:opens with the word "(\w+)"|dial (\d+)|turn (left|right))\.$', re.MULTILINE)
 END_TEXT = "END of the log."
 
 INSTRUCTIONS = """\
@@ -105,7 +115,7 @@ def read_key(state: State) -> tuple[str | None, list[str]]:
     vault, parts = None, {}
     for item in state:
         if item.get("type", "message") == "message" and item.get("role") == "user" and vault is None:
-            m = re.search(r"key of vault (\w+)", text_of(item.get("content", "")))
+            m = re.search(r"key of vault (\d+)", text_of(item.get("content", "")))
             vault = m.group(1) if m else None
         elif item.get("type") == "function_call_output":
             for m in NOTE.finditer(text_of(item.get("output", ""))):
@@ -118,16 +128,16 @@ def read_key(state: State) -> tuple[str | None, list[str]]:
 
 #: the targeted edit: keep the task, every page with a note and the pending call (a call is judged by
 #: its output, which follows it); drop filler pages, harness requests and old evolve round trips
-EVOLVE_CODE = """return state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));"""
+EVOLVE_CODE = (
+    """return state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));"""
+)
 
 
 class VaultOracle(Oracle):
     """Reads until END is in its State, then submits the key parts its State still holds."""
 
     def act(self, state: State) -> list[dict[str, Any]]:
-        done = any(
-            x.get("type") == "function_call_output" and text_of(x.get("output", "")) == END_TEXT for x in state
-        )
+        done = any(x.get("type") == "function_call_output" and text_of(x.get("output", "")) == END_TEXT for x in state)
         if not done:
             return [self.function_call(state, "read", {})]
         _, parts = read_key(state)
@@ -143,7 +153,7 @@ def _filler(rng: random.Random, n: int) -> str:
 
 def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTask:
     lv = _LEVELS[difficulty.level]
-    names = VAULT_NAMES[split]
+    names = VAULT_NUMBERS[split]
     vault = rng.choice(names)
     key = [rng.choice(KEY_WORDS), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
     notes = [

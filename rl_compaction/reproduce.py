@@ -1,0 +1,303 @@
+"""Reproduce learning on CPU: from a tiny model to a held-out comparison, in one command.
+
+    rl-compaction reproduce --config configs/reproduce/vault-tiny-cpu.yaml [--output-dir DIR]
+
+A recipe to read top to bottom; each stage is the library's own entry point:
+
+1. demonstrations: the context-bound oracle plays train tasks under its targeted edit and under
+   imperfect strategies (a lossy edit, ignoring the request), which are kept although they fail,
+   so the warm-started policy errs the way a real model does and RL has something to fix;
+2. SFT warm start on them (TRL's SFTTrainer, `rl_compaction.sft`);
+3. GRPO from the SFT checkpoint on the real task reward (`CompactionGRPOTrainer`);
+4. `eval` on held-out test seeds: the GRPO checkpoint, the SFT-only checkpoint and the oracle
+   under every fixed strategy at the same window, then the oracle with an unlimited window;
+5. one table, the success-vs-cost plot, the learning curve and a verdict: whether the learned
+   policy beat each row. Nothing is selected on test seeds: the recipe takes the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl_compaction.demos import write_demos
+from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
+from rl_compaction.sft import train_sft
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class ReproduceConfig:
+    """Every setting of the recipe (configs/reproduce/*.yaml map one-to-one onto these fields).
+
+    Task: `family` at `scale` / `level`, with the agent's `context_window` and the harness's
+    `compaction_threshold` (tokens of `model`'s own tokenizer) for demos, training and eval.
+    demo_*: oracle episodes per strategy mix; `keep_failed` names the imperfect strategies kept.
+    sft / grpo: overrides of TRL's SFTConfig and of `CompactionGRPOConfig` (TRL field names).
+    eval_*: held-out test episodes (seeds 0..n-1) at `eval_scale` (default: `scale`; longer episodes
+    test that the learned edits hold over more compactions) and sampling of the model rows.
+    baselines: policy specs evaluated beside the checkpoints at the same window;
+    `unlimited_window`: the window of the extra "unlimited context" row (oracle, no compaction).
+    wandb: log GRPO and the eval to Weights & Biases (offline without an account; `wandb sync` later).
+    """
+
+    output_dir: str = "runs/reproduce"
+    model: str = "tiny"
+    family: str = "vault"
+    scale: float = 0.2
+    level: int = 1
+    context_window: int = 4500
+    compaction_threshold: int = 3200
+    demo_episodes: int = 60
+    demo_strategies: list[str] = field(default_factory=lambda: ["evolve", "evolve_lossy", "none"])
+    keep_failed: list[str] = field(default_factory=lambda: ["evolve_lossy", "none"])
+    sft: dict[str, Any] = field(default_factory=dict)
+    grpo: dict[str, Any] = field(default_factory=dict)
+    eval_episodes: int = 32
+    eval_scale: float | None = None
+    eval_max_turns: int = 40
+    eval_max_new_tokens: int = 96
+    eval_temperature: float = 1.0
+    eval_batch_size: int = 16
+    baselines: list[str] = field(
+        default_factory=lambda: ["oracle@none", "oracle@sliding_window", "oracle@clear_tool_outputs", "oracle@evolve"]
+    )
+    unlimited_window: int = 1_000_000
+    wandb: bool = False
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> ReproduceConfig:
+        """Read a YAML file of these fields; an unknown key is an error that names the valid ones."""
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise FileNotFoundError(f"reproduce config not found: {p}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: expected a mapping of ReproduceConfig fields")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{p}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            # sft / grpo overrides update the file's settings rather than replace them
+            data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+        return cls(**data)
+
+    @property
+    def task(self) -> dict[str, Any]:
+        return {
+            "scale": self.scale,
+            "level": self.level,
+            "context_window": self.context_window,
+            "compaction_threshold": self.compaction_threshold,
+        }
+
+
+def _stage(n: int, total: int, title: str) -> float:
+    print(f"\n[{n}/{total}] {title}", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
+def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[str, Any]]:
+    """GRPO from `model_dir` with the config's overrides; saves the model to `out`, returns TRL's log history."""
+    from trl import ModelConfig
+
+    from rl_compaction.train import build_trainer
+    from rl_compaction.trainer import CompactionGRPOConfig
+
+    settings = {
+        "output_dir": str(out),
+        "use_cpu": True,
+        "families": [config.family],
+        "difficulty_scale": config.scale,
+        "difficulty_level": config.level,
+        "context_window": config.context_window,
+        "compaction_threshold": config.compaction_threshold,
+        "save_strategy": "no",
+        "report_to": "wandb" if config.wandb else "none",
+        "bf16": False,
+        "activation_checkpointing": False,
+        **config.grpo,
+    }
+    trainer = build_trainer(CompactionGRPOConfig(**settings), ModelConfig(model_name_or_path=str(model_dir)))
+    trainer.train()
+    trainer.save_model(str(out))
+    if "wandb" in (trainer.args.report_to or []):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    history = trainer.state.log_history
+    (out / "log_history.json").write_text(json.dumps(history, indent=1), encoding="utf-8")
+    return history
+
+
+def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
+    """Reward, success, cost and compactions per GRPO step (TRL's logged means over each step's episodes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [h for h in history if "reward" in h and "step" in h]
+    panels = [
+        ("reward", "episode reward"),
+        ("success", "success rate"),
+        ("cost/total", "cost per episode"),
+        ("compactions", "compactions per episode"),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        ax.plot([h["step"] for h in rows if key in h], [h[key] for h in rows if key in h], marker="o", markersize=3)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: str) -> list[str]:
+    """Plain sentences: what the learned row is, and whether it beat each other row."""
+    me = rows[learned]
+    lo, hi = me["success_ci95"]
+    lines = [
+        f"learned (GRPO checkpoint): success {me['success_rate']:.0%} [{lo:.0%}, {hi:.0%}], "
+        f"mean cost {me['mean_cost']:,.0f}"
+    ]
+    for name, row in rows.items():
+        if name == learned:
+            continue
+        olo, ohi = row["success_ci95"]
+        if lo > ohi:
+            outcome = "beaten on success beyond the 95% intervals"
+        elif hi < olo:
+            outcome = "better on success than the learned policy"
+        elif me["mean_cost"] <= 0.8 * row["mean_cost"]:
+            outcome = (
+                f"intervals overlap on success; the learned policy costs {me['mean_cost'] / row['mean_cost']:.2f}x"
+            )
+        else:
+            outcome = f"not beaten (intervals overlap; cost ratio {me['mean_cost'] / max(row['mean_cost'], 1e-9):.2f}x)"
+        role = "SFT-only" if name == sft else "unlimited context" if name == unlimited else "baseline"
+        lines.append(
+            f"vs {role} {name}: {row['success_rate']:.0%} [{olo:.0%}, {ohi:.0%}], "
+            f"cost {row['mean_cost']:,.0f} -> {outcome}"
+        )
+    ratio = me["mean_cost"] / rows[unlimited]["mean_cost"]
+    lines.append(f"learned cost / unlimited-context cost = {ratio:.2f} (target <= 0.5)")
+    return lines
+
+
+def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
+    """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings."""
+    out = Path(config.output_dir)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty; choose another --output-dir or remove it")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(asdict(config), indent=2), encoding="utf-8")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_DIR", str(out))
+    timings: dict[str, float] = {}
+
+    start = _stage(1, 5, f"oracle demonstrations on {config.family} ({', '.join(config.demo_strategies)})")
+    write_demos(
+        out / "demos",
+        [config.family],
+        config.demo_episodes,
+        config.demo_strategies,
+        keep_failed=config.keep_failed,
+        tokenizer_name_or_path=config.model,
+        **config.task,
+    )
+    timings["demos"] = time.perf_counter() - start
+
+    start = _stage(2, 5, f"SFT warm start of {config.model} (TRL SFTTrainer)")
+    sft_settings = {
+        "use_cpu": True,
+        "save_strategy": "no",
+        "report_to": "none",
+        "activation_checkpointing": False,
+        **config.sft,
+    }
+    train_sft(out / "demos", config.model, out / "sft", **sft_settings)
+    timings["sft"] = time.perf_counter() - start
+
+    start = _stage(3, 5, "GRPO from the SFT checkpoint on the task reward")
+    history = run_grpo(config, out / "sft", out / "grpo")
+    timings["grpo"] = time.perf_counter() - start
+
+    start = _stage(4, 5, f"eval on {config.eval_episodes} held-out test tasks")
+    common = {
+        "env": config.family,
+        "split": "test",
+        "episodes": config.eval_episodes,
+        "max_turns": config.eval_max_turns,
+        "max_new_tokens": config.eval_max_new_tokens,
+        "temperature": config.eval_temperature,
+        "batch_size": config.eval_batch_size,
+        "tokenizer": str(out / "grpo"),
+        "scale": config.eval_scale if config.eval_scale is not None else config.scale,
+        "level": config.level,
+    }
+    learned, sft = f"{out / 'grpo'}@evolve", f"{out / 'sft'}@evolve"
+    windowed = run_eval(
+        EvalConfig(
+            policies=[learned, sft, *config.baselines],
+            output_dir=str(out / "eval"),
+            context_window=config.context_window,
+            compaction_threshold=config.compaction_threshold,
+            **common,
+        ),
+        use_wandb=config.wandb,
+    )
+    unlimited = run_eval(
+        EvalConfig(
+            policies=["oracle@none"],
+            output_dir=str(out / "eval_unlimited"),
+            context_window=config.unlimited_window,
+            **common,
+        )
+    )
+    timings["eval"] = time.perf_counter() - start
+
+    _stage(5, 5, "table, plots and verdict")
+    rows = dict(windowed["metrics"]["policies"])
+    unlimited_name = f"oracle@none (window {config.unlimited_window:,})"
+    rows[unlimited_name] = {**unlimited["metrics"]["policies"]["oracle@none"], "policy": unlimited_name}
+    names = {learned: "learned (GRPO)", sft: "SFT-only"}
+    table_rows = [{**r, "policy": names.get(k, k)} for k, r in rows.items()]
+    table = format_metrics(table_rows)
+    title = (
+        f"{config.family} test, {config.eval_episodes} episodes, window {config.context_window:,} "
+        f"(unlimited row: {config.unlimited_window:,})"
+    )
+    plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
+    curve = plot_learning_curve(history, out / "learning_curve.png")
+    lines = verdict(rows, learned, sft, unlimited_name)
+    report = {
+        "table": table,
+        "verdict": lines,
+        "timings": timings,
+        "rows": rows,
+        "plot": str(plot),
+        "learning_curve": str(curve),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out / "report.md").write_text(table + "\n\n" + "\n".join(f"- {x}" for x in lines) + "\n", encoding="utf-8")
+    return report
