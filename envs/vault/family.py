@@ -17,6 +17,7 @@ direction, and decoy notes about other vaults that the key must not take.
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ class VaultTask(Task):
         self._cursor = 0
 
     def tools(self) -> list[dict[str, Any]]:
-        return [dict(READ_TOOL)]
+        return [copy.deepcopy(READ_TOOL)]
 
     def initial_state(self) -> State:
         text = f"Find the key of vault {self.vault}. Read the log with read() until END, then submit the key."
