@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,28 +18,55 @@ from typing import Any
 State = list[dict[str, Any]]
 
 MAX_DEPTH = 64
+#: Longest error message a StateError carries: errors end up in receipts inside the State, so a
+#: quoted 700k-character value must not make the State itself too big to edit.
+MAX_ERROR_CHARS = 400
+#: Largest integer magnitude (in bits, about 4000 digits): Python refuses to print longer ones
+#: as JSON text, and JSON readers in other languages lose them anyway.
+MAX_INT_BITS = 13_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 STATUSES = ("in_progress", "completed", "incomplete")
 ROLES = ("user", "assistant", "system", "developer")
 
 
+def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text` cut to at most `limit` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text):,} chars)"
+    return text[: max(0, limit - len(tail))] + tail
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """`repr(value)` for an error message, clipped: offending values can be huge."""
+    if isinstance(value, str) and len(value) > limit:  # no repr of a huge string only to cut it
+        return f"{value[:limit]!r}... ({len(value):,} chars)"
+    return clip(repr(value), limit + 20)
+
+
 class StateError(ValueError):
-    """A State broke a rule; says where (item index, field) and which rule."""
+    """A State broke a rule; says where (item index, field) and which rule, in a bounded message."""
 
     def __init__(self, rule: str, index: int | None = None, field: str | None = None, kind: str | None = None):
-        self.rule, self.index, self.field = rule, index, field
+        self.rule, self.index, self.field = rule, index, None if field is None else clip(field, 120)
         where = []
         if index is not None:
             where.append(f"item {index}" + (f" ({kind})" if kind else ""))
-        if field:
-            where.append(f"field '{field}'")
-        super().__init__(": ".join([*where, rule]))
+        if self.field:
+            where.append(f"field '{self.field}'")
+        super().__init__(clip(": ".join([*where, rule])))
 
 
 @dataclass(frozen=True)
 class Field:
     """One field of an item or part. `kind` is one of:
-    str (any string), id (non-empty string), int, enum, json_object (a JSON string of an object),
-    text_or_parts / parts (a string or list of parts of the group `group`), const."""
+    str (any string), id (non-empty string), int, number, bool, ints (a list of int), enum, const,
+    json_object (a JSON string of an object), text_or_parts / parts (a string or list of parts of
+    the group `group`), part (one part of `group`), record / records (one or a list of objects of
+    the untyped shape `group` in RECORDS).
+    `api_only`: metadata the Responses API adds to its output items (phase, logprobs, caching hints);
+    accepted so States built from real API output validate, but left out of the model's TypeScript
+    view, which stays short: the model keeps such fields by keeping the item, never writes them."""
 
     name: str
     kind: str
@@ -46,6 +74,7 @@ class Field:
     values: tuple[str, ...] = ()
     group: str = ""
     nullable: bool = False
+    api_only: bool = False
 
 
 def _f(name: str, kind: str, **kw: Any) -> Field:
@@ -56,24 +85,48 @@ def _opt(name: str, kind: str, **kw: Any) -> Field:
     return Field(name, kind, required=False, **kw)
 
 
+# What the Responses API may ask to cache up to a part (openai's PromptCacheBreakpoint).
+_CACHE_BREAKPOINT = _opt("prompt_cache_breakpoint", "record", group="PromptCacheBreakpoint", api_only=True)
+_PHASE = _opt("phase", "enum", values=("commentary", "final_answer"), nullable=True, api_only=True)
+_CALLER = _opt("caller", "part", group="Caller", nullable=True, api_only=True)
+
+# Untyped records: name -> fields (objects without a "type" discriminator).
+RECORDS: dict[str, tuple[Field, ...]] = {
+    "PromptCacheBreakpoint": (_f("mode", "const", values=("explicit",)), _opt("ttl", "enum", values=("30m", "12h"))),
+    "TopLogprob": (_f("token", "str"), _f("bytes", "ints"), _f("logprob", "number")),
+    "Logprob": (
+        _f("token", "str"),
+        _f("bytes", "ints"),
+        _f("logprob", "number"),
+        _f("top_logprobs", "records", group="TopLogprob"),
+    ),
+}
+
 # Part groups: group name -> {part type -> fields (besides "type")}.
 PART_GROUPS: dict[str, dict[str, tuple[Field, ...]]] = {
     "InputContent": {
-        "input_text": (_f("text", "str"),),
+        "input_text": (_f("text", "str"), _CACHE_BREAKPOINT),
         "input_image": (
             _f("detail", "enum", values=("low", "high", "auto", "original")),
             _opt("image_url", "str"),
             _opt("file_id", "id", nullable=True),
+            _CACHE_BREAKPOINT,
         ),
         "input_file": (
             _opt("file_id", "id", nullable=True),
             _opt("file_url", "str"),
             _opt("file_data", "str"),
             _opt("filename", "str"),
+            _opt("detail", "enum", values=("auto", "low", "high"), api_only=True),
+            _CACHE_BREAKPOINT,
         ),
     },
     "OutputContent": {
-        "output_text": (_f("text", "str"), _f("annotations", "parts", group="Annotation")),
+        "output_text": (
+            _f("text", "str"),
+            _f("annotations", "parts", group="Annotation"),
+            _opt("logprobs", "records", group="Logprob", api_only=True),
+        ),
         "refusal": (_f("refusal", "str"),),
     },
     "Annotation": {
@@ -85,10 +138,21 @@ PART_GROUPS: dict[str, dict[str, tuple[Field, ...]]] = {
         ),
         "file_citation": (_f("file_id", "id"), _f("filename", "str"), _f("index", "int")),
         "file_path": (_f("file_id", "id"), _f("index", "int")),
+        "container_file_citation": (
+            _f("container_id", "id"),
+            _f("file_id", "id"),
+            _f("filename", "str"),
+            _f("start_index", "int"),
+            _f("end_index", "int"),
+        ),
     },
+    "Caller": {"direct": (), "program": (_f("caller_id", "id"),)},
     "SummaryText": {"summary_text": (_f("text", "str"),)},
     "ReasoningText": {"reasoning_text": (_f("text", "str"),)},
 }
+
+# Part types the API may send that the model's TypeScript view leaves out (see `Field.api_only`).
+API_ONLY_PARTS = {"container_file_citation", "direct", "program"}
 
 # Item shapes: shape name -> (item type, fields). "message" has two shapes, told apart by `id`.
 ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
@@ -98,6 +162,7 @@ ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
             _opt("type", "const", values=("message",)),
             _f("role", "enum", values=ROLES),
             _f("content", "text_or_parts", group="InputContent"),
+            _PHASE,
         ),
     ),
     "OutputMessage": (
@@ -108,6 +173,7 @@ ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
             _f("role", "const", values=("assistant",)),
             _f("status", "enum", values=STATUSES),
             _f("content", "parts", group="OutputContent"),
+            _PHASE,
         ),
     ),
     "FunctionCall": (
@@ -119,6 +185,9 @@ ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
             _f("arguments", "json_object"),
             _opt("id", "id"),
             _opt("status", "enum", values=STATUSES),
+            _opt("namespace", "str", api_only=True),
+            _CALLER,
+            _opt("async", "bool", api_only=True),
         ),
     ),
     "FunctionCallOutput": (
@@ -129,6 +198,9 @@ ITEM_SHAPES: dict[str, tuple[str, tuple[Field, ...]]] = {
             _f("output", "text_or_parts", group="InputContent"),
             _opt("id", "id", nullable=True),
             _opt("status", "enum", values=STATUSES, nullable=True),
+            _opt("name", "str", nullable=True, api_only=True),
+            _opt("namespace", "str", nullable=True, api_only=True),
+            _CALLER,
         ),
     ),
     "Reasoning": (
@@ -150,18 +222,39 @@ ITEM_TYPES = tuple(dict.fromkeys(t for t, _ in ITEM_SHAPES.values()))
 # --------------------------------------------------------------------------- JSON values
 
 
-def check_json_value(value: Any, *, max_depth: int = MAX_DEPTH) -> None:
-    """Reject anything JSON cannot carry exactly: NaN/Infinity, cycles, non-str keys, other types."""
+def check_text(text: str, path: str = "text") -> None:
+    """Reject a lone surrogate: UTF-8 cannot encode it, so text holding one could not be written
+    to a file, printed or tokenised. (The one rule for the whole State boundary: reject, never
+    silently replace.)"""
+    if not text.isascii() and (m := _SURROGATE.search(text)):
+        raise StateError(
+            f"lone surrogate U+{ord(m.group()):04X} at {clip(path, 200)} (character {m.start()}); "
+            "text must be valid Unicode"
+        )
+
+
+def check_json_value(value: Any, *, max_depth: int = MAX_DEPTH, root: str = "state") -> None:
+    """Reject anything JSON cannot carry exactly: NaN/Infinity, cycles, non-str keys, other types,
+    integers too long to print, and lone surrogates (see `check_text`)."""
     on_path: set[int] = set()
 
     def walk(v: Any, path: str, depth: int) -> None:
         if depth > max_depth:
-            raise StateError(f"nesting deeper than {max_depth} levels at {path}")
-        if v is None or isinstance(v, (bool, str, int)):
+            raise StateError(f"nesting deeper than {max_depth} levels at {clip(path, 200)}")
+        if v is None or isinstance(v, bool):
+            return
+        if isinstance(v, str):
+            check_text(v, path)
+            return
+        if isinstance(v, int):
+            if v.bit_length() > MAX_INT_BITS:
+                raise StateError(
+                    f"integer of about {v.bit_length() * 3 // 10:,} digits at {clip(path, 200)} is too large"
+                )
             return
         if isinstance(v, float):
             if not math.isfinite(v):
-                raise StateError(f"non-finite number {v!r} at {path}; JSON has no NaN or Infinity")
+                raise StateError(f"non-finite number {v!r} at {clip(path, 200)}; JSON has no NaN or Infinity")
             return
         if isinstance(v, (list, dict)):
             if id(v) in on_path:
@@ -173,13 +266,35 @@ def check_json_value(value: Any, *, max_depth: int = MAX_DEPTH) -> None:
             else:
                 for k, x in v.items():
                     if not isinstance(k, str):
-                        raise StateError(f"non-string key {k!r} at {path}")
+                        raise StateError(f"non-string key {quote(k)} at {clip(path, 200)}")
+                    check_text(k, f"a key of {path}")
                     walk(x, f"{path}.{k}", depth + 1)
             on_path.discard(id(v))
             return
-        raise StateError(f"value of type {type(v).__name__} at {path} is not JSON")
+        raise StateError(f"value of type {type(v).__name__} at {clip(path, 200)} is not JSON")
 
-    walk(value, "state", 0)
+    walk(value, root, 0)
+
+
+def loads_json(text: str, *, max_depth: int = MAX_DEPTH, root: str = "state") -> Any:
+    """Parse JSON text by the State's rules, raising only StateError: no NaN/Infinity literals,
+    bounded depth and integer size, no lone surrogates (JSON's "\\ud800" escape decodes to one)."""
+
+    def bad_constant(name: str) -> Any:
+        raise StateError(f"{name} is not valid JSON")
+
+    try:
+        data = json.loads(text, parse_constant=bad_constant)
+    except json.JSONDecodeError as e:
+        raise StateError(f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise StateError(f"not valid JSON here: nested deeper than {max_depth} levels") from None
+    except StateError:
+        raise
+    except ValueError as e:  # an integer literal longer than Python's int/str conversion limit
+        raise StateError(f"not valid JSON here: {clip(str(e), 120)}") from None
+    check_json_value(data, max_depth=max_depth, root=root)
+    return data
 
 
 # --------------------------------------------------------------------------- validation
@@ -196,11 +311,13 @@ def _shape_of(index: int, item: Any) -> str:
     for shape, (item_type, _) in ITEM_SHAPES.items():
         if item_type == kind:
             return shape
-    raise StateError(f"unknown item type {kind!r}; known: {', '.join(ITEM_TYPES)}", index, "type")
+    raise StateError(f"unknown item type {quote(kind)}; known: {', '.join(ITEM_TYPES)}", index, "type")
 
 
-def _check_fields(obj: dict, fields: tuple[Field, ...], where: dict[str, Any], prefix: str = "") -> None:
-    known = {f.name for f in fields} | ({"type"} if prefix else set())
+def _check_fields(
+    obj: dict, fields: tuple[Field, ...], where: dict[str, Any], prefix: str = "", typed: bool = True
+) -> None:
+    known = {f.name for f in fields} | ({"type"} if prefix and typed else set())
     for key in obj:
         if key not in known:
             raise StateError(f"unknown field; allowed: {', '.join(sorted(known))}", field=prefix + key, **where)
@@ -224,32 +341,52 @@ def _check_value(f: Field, v: Any, name: str, where: dict[str, Any]) -> None:
             raise StateError("must be a non-empty string", field=name, **where)
         if f.kind == "json_object":
             try:
-                parsed = json.loads(v)
-            except json.JSONDecodeError as e:
-                raise StateError(f"must be a JSON string of an object ({e.msg})", field=name, **where) from None
+                parsed = loads_json(v, root=name)
+            except StateError as e:
+                raise StateError(f"must be a JSON string of an object ({e.rule})", field=name, **where) from None
             if not isinstance(parsed, dict):
                 raise StateError("must be a JSON string of an object", field=name, **where)
     elif f.kind == "int":
         if not isinstance(v, int) or isinstance(v, bool):
             raise StateError("must be an integer", field=name, **where)
+    elif f.kind == "number":
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise StateError("must be a number", field=name, **where)
+    elif f.kind == "bool":
+        if not isinstance(v, bool):
+            raise StateError("must be true or false", field=name, **where)
+    elif f.kind == "ints":
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            raise StateError("must be a list of integers", field=name, **where)
+    elif f.kind in ("record", "records"):
+        records = v if f.kind == "records" else [v]
+        if f.kind == "records" and not isinstance(v, list):
+            raise StateError("must be a list of objects", field=name, **where)
+        for j, record in enumerate(records):
+            rname = f"{name}[{j}]" if f.kind == "records" else name
+            if not isinstance(record, dict):
+                raise StateError("must be an object", field=rname, **where)
+            _check_fields(record, RECORDS[f.group], where, prefix=rname + ".", typed=False)
     elif f.kind in ("enum", "const"):
         if v not in f.values:
-            raise StateError(f"must be one of {', '.join(map(repr, f.values))}, got {v!r}", field=name, **where)
-    elif f.kind in ("parts", "text_or_parts"):
+            raise StateError(f"must be one of {', '.join(map(repr, f.values))}, got {quote(v)}", field=name, **where)
+    elif f.kind in ("parts", "text_or_parts", "part"):
         if isinstance(v, str) and f.kind == "text_or_parts":
             return
-        if not isinstance(v, list):
+        if not isinstance(v, list) and f.kind != "part":
             allowed = "a string or a list of parts" if f.kind == "text_or_parts" else "a list of parts"
             raise StateError(f"must be {allowed}", field=name, **where)
         group = PART_GROUPS[f.group]
-        for j, part in enumerate(v):
-            pname = f"{name}[{j}]"
+        for j, part in enumerate([v] if f.kind == "part" else v):
+            pname = name if f.kind == "part" else f"{name}[{j}]"
             if not isinstance(part, dict):
                 raise StateError("must be an object", field=pname, **where)
             ptype = part.get("type")
             if ptype not in group:
                 raise StateError(
-                    f"unknown part type {ptype!r}; allowed here: {', '.join(group)}", field=pname + ".type", **where
+                    f"unknown part type {quote(ptype)}; allowed here: {', '.join(group)}",
+                    field=pname + ".type",
+                    **where,
                 )
             _check_fields(part, group[ptype], where, prefix=pname + ".")
     else:  # pragma: no cover - schema bug
@@ -291,35 +428,27 @@ def validate_state(state: Any, *, pending_call_id: str | None = None, max_depth:
         if item_type == "function_call":
             cid = item["call_id"]
             if cid in calls:
-                raise StateError(f"call_id {cid!r} already used by item {calls[cid]}", field="call_id", **where)
+                raise StateError(f"call_id {quote(cid)} already used by item {calls[cid]}", field="call_id", **where)
             calls[cid] = i
         elif item_type == "function_call_output":
             cid = item["call_id"]
             if cid not in calls:
                 raise StateError(
-                    f"output for call_id {cid!r} does not follow its function_call", field="call_id", **where
+                    f"output for call_id {quote(cid)} does not follow its function_call", field="call_id", **where
                 )
             if cid in answered:
-                raise StateError(f"second output for call_id {cid!r}", field="call_id", **where)
+                raise StateError(f"second output for call_id {quote(cid)}", field="call_id", **where)
             answered.add(cid)
         out.append(item)
     for cid, i in calls.items():
         if cid not in answered and cid != pending_call_id:
-            raise StateError(f"function_call {cid!r} has no function_call_output", index=i, kind="function_call")
+            raise StateError(f"function_call {quote(cid)} has no function_call_output", index=i, kind="function_call")
     return out
 
 
 def load_state(text: str, *, pending_call_id: str | None = None) -> State:
-    """Parse and validate a State from JSON text (rejects NaN/Infinity literals)."""
-
-    def bad_constant(name: str) -> Any:
-        raise StateError(f"{name} is not valid JSON")
-
-    try:
-        data = json.loads(text, parse_constant=bad_constant)
-    except json.JSONDecodeError as e:
-        raise StateError(f"not valid JSON: {e}") from None
-    return validate_state(data, pending_call_id=pending_call_id)
+    """Parse and validate a State from JSON text; every failure is a StateError."""
+    return validate_state(loads_json(text), pending_call_id=pending_call_id)
 
 
 def dumps_state(state: State, indent: int | None = None) -> str:
@@ -351,11 +480,17 @@ def text_of(content: str | Iterable[dict[str, Any]]) -> str:
 def _ts_type(f: Field) -> str:
     if f.kind in ("str", "id", "json_object"):
         t = "string"
-    elif f.kind == "int":
+    elif f.kind in ("int", "number"):
         t = "number"
+    elif f.kind == "bool":
+        t = "boolean"
+    elif f.kind == "ints":
+        t = "number[]"
     elif f.kind in ("enum", "const"):
         t = " | ".join(json.dumps(v) for v in f.values)
-    elif f.kind == "parts":
+    elif f.kind in ("part", "record"):
+        t = f.group
+    elif f.kind in ("parts", "records"):
         t = f"{f.group}[]"
     else:
         t = f"string | {f.group}[]"
@@ -373,6 +508,8 @@ def _ts_object(name: str, type_literal: str | None, fields: tuple[Field, ...]) -
     if type_literal is not None:
         lines.append(f"  type: {json.dumps(type_literal)};")
     for f in fields:
+        if f.api_only:
+            continue
         comment = _TS_COMMENTS.get(f.kind)
         lines.append(f"  {f.name}{'' if f.required else '?'}: {_ts_type(f)};" + (f"  // {comment}" if comment else ""))
     lines.append("};")
@@ -389,10 +526,13 @@ def typescript_declarations() -> str:
     for group, parts in PART_GROUPS.items():
         names = []
         for ptype, fields in parts.items():
+            if ptype in API_ONLY_PARTS:
+                continue
             pname = _camel(ptype) + ("Part" if group != "Annotation" else "Annotation")
             names.append(pname)
             blocks.append(_ts_object(pname, ptype, fields))
-        blocks.append(f"type {group} = {' | '.join(names)};")
+        if names:
+            blocks.append(f"type {group} = {' | '.join(names)};")
     for shape, (_, fields) in ITEM_SHAPES.items():
         blocks.append(_ts_object(shape, None, fields))
     blocks.append(f"type Item = {' | '.join(ITEM_SHAPES)};")

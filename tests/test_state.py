@@ -11,10 +11,14 @@ from openai.types.responses import ResponseInputParam
 from pydantic import TypeAdapter, ValidationError
 
 from rl_compaction.state import (
+    API_ONLY_PARTS,
     ITEM_SHAPES,
+    MAX_ERROR_CHARS,
     PART_GROUPS,
+    RECORDS,
     Field,
     StateError,
+    dumps_state,
     load_state,
     typescript_declarations,
     validate_state,
@@ -184,6 +188,19 @@ def _random_value(f: Field, rng: random.Random, depth: int = 0):
         return rng.choice(["id_1", "call-xyz", "msg_" + str(rng.randrange(10**6))])
     if f.kind == "int":
         return rng.randrange(0, 1000)
+    if f.kind == "number":
+        return rng.choice([0, -1.5, -0.001])
+    if f.kind == "bool":
+        return rng.random() < 0.5
+    if f.kind == "ints":
+        return [rng.randrange(256) for _ in range(rng.randrange(4))]
+    if f.kind == "record":
+        return _random_object(RECORDS[f.group], rng, {})
+    if f.kind == "records":
+        return [_random_object(RECORDS[f.group], rng, {}) for _ in range(rng.randrange(3))]
+    if f.kind == "part":
+        ptype = rng.choice(list(PART_GROUPS[f.group]))
+        return _random_object(PART_GROUPS[f.group][ptype], rng, {"type": ptype})
     if f.kind == "json_object":
         return json.dumps({"q": rng.choice(["a", "’", "😀"]), "n": rng.randrange(5)})
     if f.kind in ("enum", "const"):
@@ -250,8 +267,179 @@ def test_typescript_declarations_cover_the_schema():
     for shape, (_, fields) in ITEM_SHAPES.items():
         assert f"type {shape} = {{" in ts
         for f in fields:
-            assert f"  {f.name}{'' if f.required else '?'}: " in ts
+            assert (f"  {f.name}{'' if f.required else '?'}: " in ts) != f.api_only
     for _group, parts in PART_GROUPS.items():
         for ptype in parts:
-            assert f'type: "{ptype}";' in ts
+            assert (f'type: "{ptype}";' in ts) != (ptype in API_ONLY_PARTS)
     assert "type State = Item[];" in ts
+
+
+# -- hardening (issue 9): every failure is a short StateError ---------------------------------
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" + "9" * 5000 + "]",
+        "[" * 100_000,
+        _nested(5000),
+        json.dumps([call("c", args='{"n": ' + "9" * 5000 + "}"), out("c")]),
+        json.dumps([call("c", args='{"a": ' + _nested(1000) + "}"), out("c")]),
+        json.dumps([call("c", args='{"a": ' + _nested(100) + "}"), out("c")]),
+    ],
+    ids=["huge-int", "100k-open-brackets", "deep-state", "huge-int-arguments", "deep-arguments", "arguments-past-64"],
+)
+def test_huge_integers_and_deep_nesting_are_state_errors(text):
+    with pytest.raises(StateError) as err:
+        load_state(text)
+    assert len(str(err.value)) <= MAX_ERROR_CHARS
+
+
+def test_python_values_too_large_to_print_are_state_errors():
+    with pytest.raises(StateError, match="too large"):
+        validate_state([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "x": 10**5000}])
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        [{"role": "x" * 700_000, "content": "hi"}],
+        [{"type": "x" * 700_000}],
+        [{"role": "user", "content": "hi", "k" * 700_000: 1}],
+        [out("c" * 700_000)],
+        [{"role": "user", "content": [{"type": "t" * 700_000}]}],
+        [{"role": "user", "content": {"k" * 700_000: float("nan")}}],
+        [call("c", args="{" + "x" * 700_000)],
+    ],
+    ids=["role", "type", "field", "call_id", "part-type", "key-path", "arguments"],
+)
+def test_errors_quote_offending_values_clipped(state):
+    """A receipt carries the error into the State: a quoted 700k-character value would brick it."""
+    with pytest.raises(StateError) as err:
+        validate_state(state)
+    assert len(str(err.value)) <= MAX_ERROR_CHARS
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        [{"role": "user", "content": "Note \ud83d"}],
+        [{"role": "user", "content": [{"type": "input_text", "text": "\udfff"}]}],
+        [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "x": {"\ud800": 1}}],
+        [call("c", args='{"q": "\\ud800"}'), out("c")],
+    ],
+    ids=["content", "part", "key", "escaped-in-arguments"],
+)
+def test_lone_surrogates_are_rejected(state):
+    """One rule at the boundary: text that UTF-8 cannot encode is rejected, never replaced."""
+    with pytest.raises(StateError, match="lone surrogate"):
+        validate_state(state)
+
+
+def test_lone_surrogate_escape_in_a_state_file_is_rejected_and_pairs_are_kept():
+    with pytest.raises(StateError, match="lone surrogate U\\+D83D"):
+        load_state('[{"role": "user", "content": "Note \\ud83d tail"}]')
+    state = load_state('[{"role": "user", "content": "Note \\ud83d\\ude00 tail"}]')
+    assert state[0]["content"] == "Note 😀 tail"
+    dumps_state(state).encode("utf-8")
+
+
+@pytest.mark.parametrize("args", ['{"x": NaN}', '{"x": -Infinity}', '{"x": Infinity}'])
+def test_nan_and_infinity_in_arguments_fail_the_json_object_rule(args):
+    with pytest.raises(StateError, match="JSON string of an object"):
+        validate_state([call("c", args=args), out("c")])
+
+
+RESPONSES_API_FIELDS = [
+    {"type": "message", "role": "assistant", "content": "Working.", "phase": "commentary"},
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "phase": "final_answer",
+        "content": [
+            {
+                "type": "output_text",
+                "text": "See the file.",
+                "annotations": [
+                    {
+                        "type": "container_file_citation",
+                        "container_id": "cntr_1",
+                        "file_id": "file_1",
+                        "filename": "a.csv",
+                        "start_index": 0,
+                        "end_index": 3,
+                    }
+                ],
+                "logprobs": [
+                    {
+                        "token": "See",
+                        "bytes": [83, 101, 101],
+                        "logprob": -0.25,
+                        "top_logprobs": [{"token": "See", "bytes": [83, 101, 101], "logprob": -0.25}],
+                    }
+                ],
+            }
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "Read it.", "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"}},
+            {
+                "type": "input_file",
+                "file_id": "file_1",
+                "detail": "low",
+                "prompt_cache_breakpoint": {"mode": "explicit"},
+            },
+            {
+                "type": "input_image",
+                "detail": "auto",
+                "image_url": "u",
+                "prompt_cache_breakpoint": {"mode": "explicit"},
+            },
+        ],
+    },
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "read",
+        "arguments": "{}",
+        "namespace": "files",
+        "caller": {"type": "program", "caller_id": "p1"},
+    },
+    {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": "ok",
+        "name": "read",
+        "namespace": "files",
+        "caller": {"type": "direct"},
+    },
+]
+
+
+def test_fields_the_responses_api_sends_are_accepted():
+    """States built from real Responses API output validate here and against the openai types."""
+    state = validate_state(RESPONSES_API_FIELDS)
+    OPENAI.validate_python(state)
+
+
+@pytest.mark.parametrize(
+    ("part", "field"),
+    [
+        ({"type": "input_file", "detail": "original"}, "content[0].detail"),
+        ({"type": "input_text", "text": "x", "prompt_cache_breakpoint": {"mode": "auto"}}, None),
+        ({"type": "input_text", "text": "x", "prompt_cache_breakpoint": {"mode": "explicit", "x": 1}}, None),
+    ],
+)
+def test_responses_api_fields_are_checked_too(part, field):
+    with pytest.raises(StateError) as err:
+        validate_state([{"role": "user", "content": [part]}])
+    if field:
+        assert err.value.field == field
