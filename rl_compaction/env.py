@@ -9,6 +9,13 @@ input is exactly these three). Action: one model turn, either a list of Response
 (an assistant message and/or function calls) or ``{"items": [...], "input_ids": [...],
 "output_ids": [...]}`` carrying the token ids the policy really used. Reward: the task score
 in [0, 1] when the episode ends (the training reward module adds cost terms).
+
+Robustness: whatever the model wrote, `step` does not raise. A malformed function call (no name,
+arguments that are not a JSON object, ...) is answered with an error tool output; other malformed
+items are ignored and logged as a ``malformed_action`` event. Only an action whose envelope is
+wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) raises
+`InvalidAction`, and then nothing changes, not even the turn count. After the episode ends
+(terminated or truncated) `step` raises Gymnasium's `ResetNeeded`.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
 from rl_compaction.sandbox import SandboxLimits
-from rl_compaction.state import State, StateError, validate_state
+from rl_compaction.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
 from rl_compaction.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
 
 HARNESS_RULES = (
@@ -88,6 +96,30 @@ class EnvConfig:
             raise ValueError("max_turns and max_output_tokens must be > 0")
 
 
+class InvalidAction(ValueError):
+    """An action that is not one model turn (the policy wrapper's bug, not the model's): `step`
+    raises it before changing anything."""
+
+
+@dataclass
+class _Turn:
+    """One model turn read from an action, every item checked: texts of assistant messages,
+    function calls (call, parsed arguments, error to answer with), and notes on ignored items."""
+
+    entries: list[tuple[str, Any]]
+    problems: list[str]
+    input_ids: list[int] | None
+    output_ids: list[int] | None
+
+    @property
+    def calls(self) -> list[tuple[dict[str, Any], dict[str, Any] | None, str | None]]:
+        return [e for kind, e in self.entries if kind == "call"]
+
+    @property
+    def texts(self) -> list[str]:
+        return [e for kind, e in self.entries if kind == "text"]
+
+
 #: A harness strategy: given the State (ending with a pending evolve call) returns evolve code.
 HarnessStrategy = Callable[[State, "CompactionEnv"], str]
 
@@ -126,6 +158,17 @@ def _check_action(action: Any) -> None:
     items = action.get("items") if isinstance(action, dict) else action
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise ValueError("an action is a list of output items or a dict with 'items'")
+
+
+def _token_ids(value: Any, name: str) -> list[int] | None:
+    """Token ids of an action as a list of ints >= 0 (numpy arrays and tensors are converted)."""
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(type(x) is int and x >= 0 for x in value):
+        raise InvalidAction(f"{name} must be a list of token ids (ints >= 0), got {clip(quote(value), 80)}")
+    return list(value)
 
 
 class CompactionEnv(gym.Env):
@@ -185,6 +228,7 @@ class CompactionEnv(gym.Env):
         self._armed_at = self.config.compaction_threshold
         self.compaction_requests = 0
         self._call_counter = 0
+        self._ended = False
         self._input_ids = self._render()
         return self._observation(), {
             "task_seed": self.task_seed,
@@ -194,14 +238,26 @@ class CompactionEnv(gym.Env):
         }
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        """One model turn. Raises `InvalidAction` (nothing changed) for an action that is not a
+        turn, `ResetNeeded` after the episode ended; the model's own mistakes never raise."""
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        items, input_ids, output_ids = self._unpack(action)
+        if self._ended:
+            raise ResetNeeded("the episode has ended (terminated or truncated); call reset() to start another")
+        turn = self._read_action(action)
+        saved = self._bookmark()
+        try:
+            return self._step(turn)
+        except BaseException:
+            self._rewind(saved)
+            raise
+
+    def _step(self, turn: _Turn) -> tuple[dict, float, bool, bool, dict]:
         self.turn += 1
-        prompt_ids = input_ids if input_ids is not None else self._input_ids
-        n_out = len(output_ids) if output_ids is not None else self._estimate_output_tokens(items)
+        prompt_ids = turn.input_ids if turn.input_ids is not None else self._input_ids
+        n_out = len(turn.output_ids) if turn.output_ids is not None else self._estimate_output_tokens(turn)
         self.output_tokens += n_out
-        terminated = self._apply_turn(items, n_out if output_ids is not None else None)
+        terminated = self._apply_turn(turn, n_out if turn.output_ids is not None else None)
         applied = self._last_evolve_applied
         self.ledger.record(prompt_ids, n_out, evolve_call_tokens=self._last_evolve_tokens, evolve_applied=applied)
 
@@ -225,7 +281,36 @@ class CompactionEnv(gym.Env):
         info: dict[str, Any] = {"turn": self.turn, "input_tokens": len(self._input_ids) if not terminated else None}
         if terminated or truncated:
             info.update(self.summary(truncated_reason))
+        self._ended = terminated or truncated
         return self._observation(), reward, terminated, truncated, info
+
+    _SCALARS = (
+        "state",
+        "turn",
+        "output_tokens",
+        "answer",
+        "score",
+        "_requested",
+        "_armed_at",
+        "compaction_requests",
+        "_call_counter",
+        "_input_ids",
+    )
+
+    def _bookmark(self) -> dict[str, Any]:
+        """What `_rewind` needs to undo a step that raised half-way (a bug in a task or strategy):
+        the env's own fields and the lengths of its append-only lists. The State is never changed
+        in place, so keeping the reference keeps it."""
+        saved = {name: getattr(self, name) for name in self._SCALARS}
+        saved["lengths"] = (len(self.history), len(self.events), len(self.state_versions))
+        return saved
+
+    def _rewind(self, saved: dict[str, Any]) -> None:
+        lengths = saved.pop("lengths")
+        for name, value in saved.items():
+            setattr(self, name, value)
+        for items, n in zip((self.history, self.events, self.state_versions), lengths, strict=True):
+            del items[n:]
 
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.task is None:
@@ -234,74 +319,105 @@ class CompactionEnv(gym.Env):
 
     # ------------------------------------------------------------------ turn handling
 
-    def _unpack(self, action: Any) -> tuple[list[dict], list[int] | None, list[int] | None]:
+    def _read_action(self, action: Any) -> _Turn:
+        """Check the whole action before anything uses it. The envelope must be right (else
+        InvalidAction); items are the model's text, so a bad one becomes an error tool output
+        (a function call) or a logged problem (anything else), never an exception."""
         if isinstance(action, dict) and "items" in action:
-            items, input_ids, output_ids = action["items"], action.get("input_ids"), action.get("output_ids")
+            unknown = set(action) - {"items", "input_ids", "output_ids"}
+            if unknown:
+                raise InvalidAction(f"unknown action keys {sorted(map(quote, unknown))}")
+            items = action["items"]
+            input_ids = _token_ids(action.get("input_ids"), "input_ids")
+            output_ids = _token_ids(action.get("output_ids"), "output_ids")
         else:
             items, input_ids, output_ids = action, None, None
-        if not isinstance(items, list):
+        if isinstance(items, dict):
             items = [items]
-        return items, input_ids, output_ids
+        if not isinstance(items, list):
+            raise InvalidAction(
+                f"an action is a list of output items or a dict with 'items', got {type(items).__name__}"
+            )
+        turn = _Turn([], [], input_ids, output_ids)
+        used = {x.get("call_id") for x in self.history}
+        for item in items:
+            try:
+                check_json_value(item, root="item")
+            except StateError as e:
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    call = self._read_call({}, used)[0]
+                    turn.entries.append(("call", (call, None, f"the call is not valid JSON: {e.rule}")))
+                else:
+                    turn.problems.append(f"ignored an output item that is not valid JSON: {e.rule}")
+                continue
+            if not isinstance(item, dict):
+                turn.problems.append(f"ignored a non-object output item: {quote(item, 80)}")
+                continue
+            kind = item.get("type", "message" if "role" in item else None)
+            if kind == "message":
+                content = item.get("content")
+                turn.entries.append(("text", content if isinstance(content, str) else _plain_text(content)))
+            elif kind == "function_call":
+                turn.entries.append(("call", self._read_call(item, used)))
+            else:
+                turn.problems.append(f"ignored an output item of type {quote(kind)}")
+        return turn
+
+    def _read_call(
+        self, item: dict[str, Any], used: set[Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+        """The call as it enters the State (always valid: a fresh call_id when missing or taken,
+        "unknown" for a missing name, "{}" for bad arguments), its arguments, and the error, if any."""
+        cid, name, raw_args = item.get("call_id"), item.get("name"), item.get("arguments")
+        if not isinstance(cid, str) or not cid or cid in used:
+            cid = self._fresh_call_id(used)
+        used.add(cid)
+        error, args = None, None
+        if not isinstance(name, str) or not name:
+            name, error = "unknown", "the call has no tool name"
+        if not isinstance(raw_args, str):
+            error = error or "arguments must be a JSON object string"
+        else:
+            try:
+                args = loads_json(raw_args, root="arguments")
+            except StateError as e:
+                error = error or f"arguments are not a JSON object ({e.rule})"
+            else:
+                if not isinstance(args, dict):
+                    args, error = None, error or "arguments are not a JSON object"
+        if args is None:
+            raw_args = "{}"
+        call = {"type": "function_call", "call_id": cid, "name": name, "arguments": raw_args}
+        return call, args, error
 
     def _append(self, *items: dict[str, Any]) -> None:
         self.state = self.state + list(items)
         self.history.extend(copy.deepcopy(list(items)))
 
-    def _fresh_call_id(self) -> str:
-        used = {x.get("call_id") for x in self.history}
+    def _fresh_call_id(self, used: set[Any] | None = None) -> str:
+        used = {x.get("call_id") for x in self.history} if used is None else used
         while True:
             self._call_counter += 1
             cid = f"call_h{self._call_counter}"
             if cid not in used:
                 return cid
 
-    def _apply_turn(self, items: list[Any], evolve_tokens: int | None) -> bool:
+    def _apply_turn(self, turn: _Turn, evolve_tokens: int | None) -> bool:
         """Append the model's turn and the harness's answers. Returns True when submitted."""
         self._last_evolve_tokens, self._last_evolve_applied = 0, None
-        calls, texts, problems = [], [], []
-        used = {x.get("call_id") for x in self.history}
-        for item in items:
-            if not isinstance(item, dict):
-                problems.append(f"ignored a non-object output item: {str(item)[:80]}")
-                continue
-            kind = item.get("type", "message" if "role" in item else None)
-            if kind == "message":
-                content = item.get("content")
-                text = content if isinstance(content, str) else _plain_text(content)
-                texts.append(text)
-                self._append({"type": "message", "role": "assistant", "content": text})
-            elif kind == "function_call":
-                call = {
-                    "type": "function_call",
-                    "call_id": item.get("call_id"),
-                    "name": item.get("name"),
-                    "arguments": item.get("arguments"),
-                }
-                error = None
-                if not isinstance(call["call_id"], str) or not call["call_id"] or call["call_id"] in used:
-                    call["call_id"] = self._fresh_call_id()
-                if not isinstance(call["name"], str) or not call["name"]:
-                    call["name"], error = "unknown", "the call has no tool name"
-                try:
-                    args = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else None
-                    if not isinstance(args, dict):
-                        raise ValueError("arguments must be a JSON object")
-                except (json.JSONDecodeError, ValueError) as e:
-                    error = error or f"arguments are not a JSON object ({getattr(e, 'msg', str(e))})"
-                    call["arguments"], args = "{}", None
-                used.add(call["call_id"])
-                calls.append((call, args, error))
-            else:
-                problems.append(f"ignored an output item of type {kind!r}")
-        if problems:
-            self.events.append({"turn": self.turn, "event": "malformed_action", "detail": problems})
+        for kind, entry in turn.entries:
+            if kind == "text":
+                self._append({"type": "message", "role": "assistant", "content": entry})
+        if turn.problems:
+            self.events.append({"turn": self.turn, "event": "malformed_action", "detail": turn.problems})
+        calls, texts = turn.calls, turn.texts
 
         # The design's rule: evolve is the only *call* of its turn (text beside it is fine).
         evolve_alone = len(calls) == 1
         for i, (call, args, error) in enumerate(calls):
             name = call["name"]
             if error is None and name not in self.tool_names:
-                error = f"unknown tool {name!r}; available: {', '.join(sorted(self.tool_names))}"
+                error = f"unknown tool {quote(name)}; available: {', '.join(sorted(self.tool_names))}"
             if error is None and name == EVOLVE and not evolve_alone:
                 error = "evolve must be the only tool call in its turn; nothing was changed"
             if error is None and name == "submit" and not isinstance(args.get("answer"), str):
@@ -312,9 +428,9 @@ class CompactionEnv(gym.Env):
             elif name == EVOLVE:
                 self._evolve(call, evolve_tokens if evolve_tokens is not None else self.counter.call_tokens(call))
             elif name == "submit":
-                self._append(call, _output(call, "Answer submitted."))
+                self.score = self._score(args["answer"])
                 self.answer = args["answer"]
-                self.score = float(self.task.score(self.answer))
+                self._append(call, _output(call, "Answer submitted."))
                 # Calls after submit in the same turn are answered so the State stays valid.
                 for later, _, _ in calls[i + 1 :]:
                     self._append(later, _output(later, {"error": "not run: the episode ended with submit"}))
@@ -331,6 +447,15 @@ class CompactionEnv(gym.Env):
             nudge = reply if reply is not None else self.config.continue_nudge
             self._append({"type": "message", "role": "user", "content": nudge})
         return False
+
+    def _score(self, answer: str) -> float:
+        """The task's score of an answer; one the checker cannot even parse (a 5000-digit number
+        hits Python's int limit) scores 0 rather than leaving the episode without an end."""
+        try:
+            return float(self.task.score(answer))
+        except (ValueError, OverflowError, RecursionError) as e:
+            self.events.append({"turn": self.turn, "event": "score_error", "error": clip(str(e), 200)})
+            return 0.0
 
     def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
         """Run one evolve call through the protocol; the receipt lands in State and history."""
@@ -397,15 +522,9 @@ class CompactionEnv(gym.Env):
     def _render(self) -> list[int]:
         return self.counter.input_ids(self.instructions, self.tools, self.state)
 
-    def _estimate_output_tokens(self, items: list[Any]) -> int:
-        n = 0
-        for item in items:
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                n += self.counter.call_tokens(item)
-            elif isinstance(item, dict):
-                content = item.get("content")
-                n += self.counter.text_tokens(content if isinstance(content, str) else _plain_text(content))
-        return n
+    def _estimate_output_tokens(self, turn: _Turn) -> int:
+        n = sum(self.counter.call_tokens(call) for call, _, _ in turn.calls)
+        return n + sum(self.counter.text_tokens(text) for text in turn.texts)
 
     def _observation(self) -> dict[str, Any]:
         return {"instructions": self.instructions, "tools": self.tools, "state": copy.deepcopy(self.state)}

@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from rl_compaction.env import CompactionEnv, EnvConfig
+from rl_compaction.env import CompactionEnv, EnvConfig, InvalidAction
 from rl_compaction.oracle import OraclePolicy, make_env, run_oracle_episode
 from rl_compaction.state import validate_state
 from rl_compaction.tasks import Difficulty
@@ -186,3 +186,166 @@ def test_oracle_policy_ignores_requests_without_evolve():
     obs, _ = env.reset(seed=0)
     policy = OraclePolicy(env.task.oracle(), env, use_evolve=False)
     assert policy.act(obs)[0]["name"] == "next_batch"
+
+
+# -- hardening (issue 9) ----------------------------------------------------------------------
+
+
+def snapshot(env: CompactionEnv) -> tuple:
+    """Everything a step may change, compared by value."""
+    return (
+        json.dumps(env.state),
+        json.dumps(env.history),
+        env.turn,
+        env.output_tokens,
+        len(env.ledger.rows),
+        json.dumps(env.events),
+        len(env.state_versions),
+        env.answer,
+        env.score,
+    )
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        {"items": [call("next_batch", {"index": 1})], "input_ids": 5},
+        {"items": [call("next_batch", {"index": 1})], "output_ids": 5},
+        {"items": [call("next_batch", {"index": 1})], "input_ids": [1, -2]},
+        {"items": [call("next_batch", {"index": 1})], "output_ids": ["a"]},
+        {"items": [call("next_batch", {"index": 1})], "output_ids": [True]},
+        {"items": 5},
+        {"items": [], "logprobs": []},
+        "hello",
+    ],
+    ids=["input_ids-int", "output_ids-int", "negative-id", "str-id", "bool-id", "items-int", "unknown-key", "str"],
+)
+def test_an_action_that_is_not_a_turn_is_rejected_and_changes_nothing(action):
+    env = probe_env()
+    env.reset(seed=0)
+    before = snapshot(env)
+    with pytest.raises(InvalidAction):
+        env.step(action)
+    assert snapshot(env) == before
+    _, _, terminated, truncated, info = env.step([call("next_batch", {"index": 1})])
+    assert info["turn"] == 1 and not terminated and not truncated
+
+
+NO_NAME = {"type": "function_call", "call_id": "c1", "arguments": "{}"}
+NO_ARGS = {"type": "function_call", "call_id": "c1", "name": "next_batch"}
+
+
+@pytest.mark.parametrize(
+    ("item", "error_words"),
+    [
+        (NO_NAME, "no tool name"),
+        (NO_ARGS, "JSON object string"),
+        (dict(NO_ARGS, name=5, arguments="{}"), "no tool name"),
+        (dict(NO_ARGS, arguments=5), "JSON object string"),
+        (dict(NO_ARGS, arguments={"index": 1}), "JSON object string"),
+        (dict(NO_ARGS, arguments='{"a": ' + "[" * 5000 + "]" * 5000 + "}"), "nested deeper"),
+        (dict(NO_ARGS, arguments='{"index": ' + "9" * 5000 + "}"), "more than 4300 digits"),
+        (dict(NO_ARGS, arguments='{"index": NaN}'), "NaN is not valid JSON"),
+        (dict(NO_ARGS, arguments='{"q": "\\ud800"}'), "lone surrogate"),
+        (dict(NO_ARGS, arguments="{}", call_id=["x"]), "index"),
+        (dict(NO_ARGS, arguments="{}", extra=float("nan")), "not valid JSON"),
+        (dict(NO_ARGS, arguments="{}", extra=[[[[]]]] * 3 + [{"x": {1: 2}}]), "not valid JSON"),
+    ],
+    ids=[
+        "no-name",
+        "no-arguments",
+        "int-name",
+        "int-arguments",
+        "dict-arguments",
+        "5000-deep-arguments",
+        "5000-digit-integer",
+        "nan",
+        "escaped-lone-surrogate",
+        "list-call-id",
+        "nan-field",
+        "int-key",
+    ],
+)
+def test_malformed_function_calls_are_answered_with_an_error(item, error_words):
+    """README: malformed turns get an error tool output and never crash the env."""
+    env = probe_env()
+    obs, _ = env.reset(seed=0)
+    before = obs["state"]
+    obs, reward, terminated, truncated, info = env.step([item])
+    assert info["turn"] == env.turn == 1 and not terminated
+    new = validate_state(obs["state"])
+    assert new[: len(before)] == before
+    assert new[-1]["type"] == "function_call_output"
+    assert error_words in json.loads(new[-1]["output"])["error"]
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"role": "assistant", "content": "half an emoji \ud83d"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "\udc00"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"role": "assistant", "content": [[[[[[]]]]]] * 2 + [{"text": float("inf")}]},
+        [["nested"] * 3] * 3,
+    ],
+)
+def test_malformed_non_call_items_are_ignored_and_logged(item):
+    env = probe_env()
+    env.reset(seed=0)
+    obs, *_ = env.step([item])
+    validate_state(obs["state"])
+    assert obs["state"][-1]["role"] == "user"  # the nudge: the turn had no call
+
+
+def test_deeply_nested_message_content_does_not_crash():
+    deep: object = "x"
+    for _ in range(5000):
+        deep = [deep]
+    env = probe_env()
+    env.reset(seed=0)
+    obs, *_ = env.step([{"role": "assistant", "content": deep}, call("next_batch", {"index": 1})])
+    validate_state(obs["state"])
+    assert any(e["event"] == "malformed_action" for e in env.events)
+
+
+def test_submit_the_checker_cannot_parse_ends_the_episode_with_score_zero():
+    """A 5000-digit number in the answer makes the task's JSON parser raise: scored 0, episode over."""
+    env = probe_env()
+    env.reset(seed=0)
+    answer = '{"a": ' + "9" * 5000 + "}"
+    obs, reward, terminated, truncated, info = env.step([call("submit", {"answer": answer})])
+    assert terminated and reward == 0.0 and info["score"] == 0.0
+    assert any(e["event"] == "score_error" for e in env.events)
+    assert obs["state"][-1]["output"] == "Answer submitted."
+
+
+def test_a_step_that_fails_half_way_is_undone(monkeypatch):
+    """A bug in a task or strategy raises out of step, but the env is left as it was."""
+    env = probe_env()
+    env.reset(seed=0)
+    env.step([call("next_batch", {"index": 1})])
+    before = snapshot(env)
+
+    def broken(name, args):
+        raise RuntimeError("task bug")
+
+    monkeypatch.setattr(env.task, "call_tool", broken)
+    with pytest.raises(RuntimeError, match="task bug"):
+        env.step([{"role": "assistant", "content": "next"}, call("next_batch", {"index": 2}, "c2")])
+    assert snapshot(env) == before
+
+
+@pytest.mark.parametrize("how", ["submit", "max_turns"])
+def test_step_after_the_episode_ended_raises_and_changes_nothing(how):
+    env = probe_env(max_turns=1)
+    env.reset(seed=0)
+    action = [call("submit", {"answer": "{}"})] if how == "submit" else [{"role": "assistant", "content": "a"}]
+    _, _, terminated, truncated, _ = env.step(action)
+    assert terminated or truncated
+    before = snapshot(env)
+    for again in ([call("evolve", {"code": "return state;"}, "ev")], [call("submit", {"answer": "{}"}, "s2")]):
+        with pytest.raises(gym.error.ResetNeeded):
+            env.step(again)
+    assert snapshot(env) == before
+    env.reset(seed=0)
+    env.step([{"role": "assistant", "content": "a"}])  # a new episode runs again
