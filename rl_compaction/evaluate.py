@@ -25,6 +25,7 @@ from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
 from rl_compaction.reports import progress_bar, render_table, wilson_interval
 from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
+from rl_compaction.state import clip
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
 from rl_compaction.tasks import Difficulty
 
@@ -285,8 +286,8 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
-    done: dict[str, EpisodeRecord] = {r.key: r for r in read_jsonl(episodes_path)} if episodes_path.exists() else {}
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
+    done = _resume(episodes_path, settings) if episodes_path.exists() else {}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
     get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
@@ -326,6 +327,54 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     if use_wandb:
         log_to_wandb(config, rows, plot, episodes_path)
     return {"table": table, "metrics": metrics, "plot": plot, "episodes": episodes_path}
+
+
+#: Settings that only choose which episodes run (or how many at once), not how one runs: a resume
+#: may change them. Every other setting must match the episodes already in the file.
+RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy")
+
+
+def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
+    """The episodes already in `path`, by key, after checking they were run with `settings`
+    (else ValueError: mixing runs would make the metrics meaningless). A partial last line, left
+    by a run killed mid-write, is cut off so that the next record starts on its own line."""
+    done: dict[str, EpisodeRecord] = {}
+    try:
+        for record in read_jsonl(path):
+            done[record.key] = record
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(
+            f"{path} line {len(done) + 1} is not an episode record ({clip(str(e), 120)}); "
+            "fix or remove it, or choose another --output-dir"
+        ) from None
+    for record in done.values():
+        keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
+        changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
+        if changed:
+            diff = ", ".join(f"{k}={record.settings.get(k)!r} (now {settings.get(k)!r})" for k in changed[:4])
+            raise ValueError(
+                f"{path} holds episodes run with other settings: {diff}; "
+                "resume with the same settings or choose another --output-dir"
+            )
+    _cut_partial_last_line(path)
+    return done
+
+
+def _cut_partial_last_line(path: Path) -> None:
+    """Truncate `path` after its last newline (reading backwards: the file can be large)."""
+    with path.open("rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            if (i := chunk.rfind(b"\n")) >= 0:
+                pos = start + i + 1
+                break
+            pos = start
+        if pos < end:
+            f.truncate(pos)
 
 
 def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, episodes: Path) -> None:

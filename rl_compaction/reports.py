@@ -24,14 +24,17 @@ def progress_bar(total: int, desc: str) -> tqdm:
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a success rate (sensible at 0% and 100% too)."""
+    """95% Wilson score interval for a success rate (sensible at 0% and 100% too).
+
+    The bounds are clamped to contain the rate itself: at 11/11 rounding gives an upper bound of
+    0.9999999999999999 < 1.0, and a plot's error bar would then have a negative length."""
     if n == 0:
         return (0.0, 1.0)
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def render_table(rows: list[list[str]], left: int = 1) -> str:

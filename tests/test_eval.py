@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from rl_compaction.accounting import COST_PARTS
-from rl_compaction.evaluate import EvalConfig, run_eval, split_spec
+from rl_compaction.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
 from rl_compaction.oracle import OracleScriptedPolicy, make_env
+from rl_compaction.reports import wilson_interval
 from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
 from rl_compaction.tasks import Difficulty
 
@@ -101,3 +102,69 @@ def test_cost_parts_add_up_to_the_cost_and_the_table_shows_each(tmp_path: Path, 
     expected = [row["mean_cost"], *(parts[k] for k in COST_PARTS)]
     assert printed == [f"{v:,.0f}" for v in expected]
     assert "cost = uncached + cached + output + write + attention + kv read" in result["table"]
+
+
+# -- hardening (issue 9) ----------------------------------------------------------------------
+
+
+def test_resume_after_a_kill_mid_write_repairs_the_file_and_is_idempotent(tmp_path: Path):
+    """A run killed while writing a record leaves half a line; resume must not glue the next record to it."""
+    out = tmp_path / "eval"
+    path = out / "episodes.jsonl"
+    config = EvalConfig(policies=["oracle@none"], episodes=1, output_dir=str(out), **SMALL)
+    run_eval(config)
+    complete = path.read_bytes()
+    line = complete.splitlines()[0]
+    with path.open("ab") as f:
+        f.write(line[: len(line) // 2])  # the kill: half of the next record
+    more = EvalConfig(policies=["oracle@none"], episodes=2, output_dir=str(out), **SMALL)
+    run_eval(more, resume=True)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 2 and lines[0] == line
+    assert [r.task_seed for r in read_jsonl(path)] == [0, 1]
+    after = path.read_bytes()
+    run_eval(more, resume=True)  # nothing left to run: the file stays as it is
+    assert path.read_bytes() == after
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["policies"]["oracle@none"]["episodes"] == 2
+
+
+def test_resume_refuses_a_file_written_with_other_settings(tmp_path: Path):
+    out = tmp_path / "eval"
+    run_eval(EvalConfig(policies=["oracle@none"], episodes=1, output_dir=str(out), **SMALL))
+    before = (out / "episodes.jsonl").read_bytes()
+    for change in ({"scale": 0.5}, {"context_window": 12_000}, {"max_turns": 7}, {"tokenizer": "cl100k_base"}):
+        other = EvalConfig(policies=["oracle@none"], episodes=2, output_dir=str(out), **{**SMALL, **change})
+        with pytest.raises(ValueError, match=f"other settings: {next(iter(change))}="):
+            run_eval(other, resume=True)
+        assert (out / "episodes.jsonl").read_bytes() == before
+
+
+def test_resume_reports_a_corrupt_line_clearly(tmp_path: Path):
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "episodes.jsonl").write_text('{"policy": 1}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1 is not an episode record"):
+        run_eval(EvalConfig(policies=["oracle@none"], episodes=1, output_dir=str(out), **SMALL), resume=True)
+
+
+@pytest.mark.parametrize("n", range(1, 40))
+def test_wilson_interval_contains_the_rate(n: int):
+    for wins in range(n + 1):
+        lo, hi = wilson_interval(wins, n)
+        assert 0.0 <= lo <= wins / n <= hi <= 1.0
+
+
+def test_plot_and_metrics_at_100_and_0_percent(tmp_path: Path):
+    """At 11/11 the upper bound came out 0.9999999999999999 < 1.0: a negative error bar, no plot."""
+    records = []
+    for success in (True, False):
+        record = EpisodeRecord(f"p{success}", "probe", "test", 0, 0, {})
+        ledger = {"cost": 1.0, "cost_parts": dict.fromkeys(COST_PARTS, 0.0), "cached_share": 0.0}
+        ledger.update(peak_context_tokens=1, compactions=0, evolve_failures=0)
+        record.info = {"success": success, "score": float(success), "ledger": ledger, "ledger_rows": []}
+        record.info.update(truncated_reason=None, turns=1)
+        records.append([record] * 11)
+    rows = [policy_metrics(r[0].policy, r) for r in records]
+    assert rows[0]["success_ci95"][1] == 1.0 and rows[1]["success_ci95"][0] == 0.0
+    png = plot_success_vs_cost(rows, tmp_path / "plot.png", "t")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
