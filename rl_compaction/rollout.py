@@ -164,10 +164,13 @@ def run_group(
 
 
 def write_jsonl(path: str | Path, records: list[EpisodeRecord]) -> None:
-    """Append records, one JSON line each (flushed per line, so an interrupted run keeps what it wrote)."""
+    """Append records, one JSON line each (flushed per line, so an interrupted run keeps what it wrote).
+
+    A lone surrogate in raw model output (which UTF-8 cannot encode) is written as its JSON escape
+    (backslash, u, four hex digits), so the line stays valid JSON and reads back exactly."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
+    with path.open("a", encoding="utf-8", errors="backslashreplace") as f:
         for record in records:
             f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
             f.flush()

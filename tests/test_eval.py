@@ -168,3 +168,13 @@ def test_plot_and_metrics_at_100_and_0_percent(tmp_path: Path):
     assert rows[0]["success_ci95"][1] == 1.0 and rows[1]["success_ci95"][0] == 0.0
     png = plot_success_vs_cost(rows, tmp_path / "plot.png", "t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_lone_surrogate_in_raw_model_output_is_written_and_read_back_exactly(tmp_path: Path):
+    from rl_compaction.rollout import Invocation
+
+    record = EpisodeRecord("p", "probe", "test", 1, 0, {})
+    record.invocations.append(Invocation(1, [1], [2], None, "half an emoji \ud83d, a \\ and \udc00", [], None, 0.1))
+    path = tmp_path / "e.jsonl"
+    write_jsonl(path, [record])
+    assert [r.invocations[0].text for r in read_jsonl(path)] == ["half an emoji \ud83d, a \\ and \udc00"]
