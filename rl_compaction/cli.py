@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -18,17 +19,35 @@ from rl_compaction.state import State, StateError, dumps_state, load_state
 REPRODUCE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "reproduce" / "vault-tiny-cpu.yaml"
 
 
+#: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
 class UsageError(Exception):
     """Bad input from the user: reported on one line, exit code 2."""
 
 
 def _read(path: str, what: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise UsageError(f"{what} file {path} is larger than {MAX_INPUT_BYTES // 2**20} MiB")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{what} file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read {what} file {path}: {e}") from None
+
+
+def _check_out(path: str | None) -> None:
+    """Fail before any work when --out cannot be written (a folder, or in a missing folder)."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise UsageError(f"--out {path} is a directory; give a file name")
+    if not Path(path).parent.is_dir():
+        raise UsageError(f"--out {path}: the folder {Path(path).parent} does not exist")
 
 
 def _read_state(path: str, pending_call_id: str | None = None) -> State:
@@ -48,7 +67,10 @@ def _counter(name: str):
 
 
 def _emit(obj: dict[str, Any]) -> None:
-    print(json.dumps(obj, ensure_ascii=False))
+    """One JSON line on stdout. A lone surrogate (in an error message quoting the code's text) is
+    printed as its JSON escape, since UTF-8 cannot encode it."""
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    print(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -57,6 +79,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from rl_compaction.sandbox import run_evolve
     from rl_compaction.state import validate_state
 
+    _check_out(args.out)
     state = _read_state(args.state, args.pending_call_id)
     code = _read(args.code, "code")
     counter = _counter(args.tokenizer)
@@ -94,7 +117,10 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             **{k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost")},
         }
     if args.out:
-        Path(args.out).write_text(dumps_state(new_state, indent=2) + "\n", encoding="utf-8")
+        try:
+            Path(args.out).write_text(dumps_state(new_state, indent=2) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot write --out {args.out}: {e}") from None
     _emit(result)
     return 0
 
@@ -103,8 +129,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from rl_compaction.accounting import edit_metrics
     from rl_compaction.evolve import EVOLVE_TOOL, system_message
 
-    if args.output_weight < 0:
-        raise UsageError("--output-weight must be >= 0")
+    if not math.isfinite(args.output_weight) or args.output_weight < 0:
+        raise UsageError(f"--output-weight must be a finite number >= 0, got {args.output_weight}")
     if args.evolve_call_tokens < 0:
         raise UsageError("--evolve-call-tokens must be >= 0")
     before, after = _read_state(args.before), _read_state(args.after)

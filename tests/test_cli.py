@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rl_compaction.cli import _emit, main
 from rl_compaction.example_runner import example_dirs
 
 STATE = [
@@ -86,7 +87,7 @@ def test_evolve_rejected_exits_1_and_writes_nothing(files, tmp_path):
         (["evolve", "{state}", "{drop}", "--tokenizer", "gpt-9"], "unknown token counter"),
         (["evolve", "{state}", "{drop}", "--pending-call-id", "zz"], "must end with the evolve call 'zz'"),
         (["cost", "{state}", "{broken}"], "not valid JSON"),
-        (["cost", "{state}", "{state}", "--output-weight", "-1"], "--output-weight must be >= 0"),
+        (["cost", "{state}", "{state}", "--output-weight", "-1"], "--output-weight must be a finite number >= 0"),
         (["envs", "show", "nope"], "unknown task family 'nope'"),
     ],
 )
@@ -139,3 +140,83 @@ def test_envs_oracle_table():
     rows = {line.split()[0]: line for line in r.stdout.splitlines()[3:]}
     assert rows.keys() == {"none", "evolve"}
     assert "100% [" in rows["none"]
+
+
+# -- hardening (issue 9): in-process, as the fuzz test does --------------------------------------
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code: int, err: str, words: str) -> None:
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[" + "9" * 5000 + "]", "more than 4300 digits"),
+        ("[" * 100_000, "nested deeper"),
+        (json.dumps([{"role": "user", "content": "x" * 700_000, "k" * 700_000: 1}]), "unknown field"),
+        ('[{"role": "user", "content": "Note \\ud83d"}]', "lone surrogate"),
+        (
+            json.dumps(
+                [{"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"x": NaN}'}]
+                + [{"type": "function_call_output", "call_id": "c", "output": ""}]
+            ),
+            "JSON string of an object",
+        ),
+    ],
+    ids=["5000-digits", "100k-brackets", "700k-key", "lone-surrogate", "nan-arguments"],
+)
+@pytest.mark.parametrize("command", ["evolve", "cost"])
+def test_bad_state_files_exit_2_with_one_short_line(capsys, files, tmp_path, text, words, command):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text, encoding="utf-8")
+    args = [str(bad), str(files["drop"])] if command == "evolve" else [str(files["state"]), str(bad)]
+    code, out, err = run_main(capsys, command, *args)
+    assert_one_line_error(code, err, words)
+    assert out == "" and len(err) < 1000
+
+
+@pytest.mark.parametrize("where", ["directory", "missing-folder"])
+def test_out_that_cannot_be_written_exits_2_before_running(capsys, files, tmp_path, where):
+    out = tmp_path if where == "directory" else tmp_path / "no" / "such" / "out.json"
+    code, stdout, err = run_main(capsys, "evolve", str(files["state"]), str(files["drop"]), "--out", str(out))
+    assert_one_line_error(code, err, "--out")
+    assert stdout == ""
+
+
+@pytest.mark.parametrize("weight", ["nan", "inf", "-inf"])
+def test_cost_refuses_a_non_finite_output_weight(capsys, files, weight):
+    code, out, err = run_main(capsys, "cost", str(files["state"]), str(files["state"]), f"--output-weight={weight}")
+    assert_one_line_error(code, err, "finite")
+
+
+@pytest.mark.parametrize("which", ["state", "code"])
+def test_input_reads_are_capped(capsys, files, which):
+    args = ["/dev/zero", str(files["drop"])] if which == "state" else [str(files["state"]), "/dev/zero"]
+    code, out, err = run_main(capsys, "evolve", *args)
+    assert_one_line_error(code, err, "larger than 64 MiB")
+
+
+def test_code_that_leaves_a_lone_surrogate_is_rejected_not_a_traceback(capsys, files):
+    """'Note 😀 tail'.slice(0, 6) cuts the emoji in half: UTF-8 cannot print or store the result."""
+    code_file = files["drop"].with_name("half.js")
+    code_file.write_text("state[0].content = 'Note 😀 tail'.slice(0, 6); return state;", encoding="utf-8")
+    code, out, err = run_main(capsys, "evolve", str(files["state"]), str(code_file))
+    assert code == 1 and err == ""
+    result = json.loads(out)
+    assert result["applied"] is False and "lone surrogate" in result["error"]
+
+
+def test_a_lone_surrogate_in_printed_json_becomes_its_escape(capsys):
+    """An error message may quote the code's text; printing it must not raise UnicodeEncodeError."""
+    _emit({"applied": False, "error": "half \ud83d, a \\ and ’"})
+    out = capsys.readouterr().out
+    assert "\\ud83d" in out and "’" in out
+    assert json.loads(out)["error"] == "half \ud83d, a \\ and ’"
