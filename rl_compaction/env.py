@@ -259,7 +259,6 @@ class CompactionEnv(gym.Env):
         self.output_tokens += n_out
         terminated = self._apply_turn(turn, n_out if turn.output_ids is not None else None)
         applied = self._last_evolve_applied
-        self.ledger.record(prompt_ids, n_out, evolve_call_tokens=self._last_evolve_tokens, evolve_applied=applied)
 
         truncated_reason = None
         if not terminated:
@@ -276,6 +275,8 @@ class CompactionEnv(gym.Env):
                 truncated_reason = "max_output_tokens"
             elif self.config.max_wall_s is not None and time.monotonic() - self.started > self.config.max_wall_s:
                 truncated_reason = "max_wall_s"
+        # Recorded last: everything that can fail has run, and `_rewind` cannot take a row back.
+        self.ledger.record(prompt_ids, n_out, evolve_call_tokens=self._last_evolve_tokens, evolve_applied=applied)
         truncated = truncated_reason is not None
         reward = self.score if terminated else 0.0
         info: dict[str, Any] = {"turn": self.turn, "input_tokens": len(self._input_ids) if not terminated else None}
@@ -300,7 +301,8 @@ class CompactionEnv(gym.Env):
     def _bookmark(self) -> dict[str, Any]:
         """What `_rewind` needs to undo a step that raised half-way (a bug in a task or strategy):
         the env's own fields and the lengths of its append-only lists. The State is never changed
-        in place, so keeping the reference keeps it."""
+        in place, so keeping the reference keeps it. (The ledger row is recorded after every step
+        that can fail; what a task keeps inside itself is the task's.)"""
         saved = {name: getattr(self, name) for name in self._SCALARS}
         saved["lengths"] = (len(self.history), len(self.events), len(self.state_versions))
         return saved

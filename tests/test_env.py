@@ -335,6 +335,21 @@ def test_a_step_that_fails_half_way_is_undone(monkeypatch):
     assert snapshot(env) == before
 
 
+def test_a_strategy_that_fails_at_the_threshold_leaves_the_env_and_ledger_as_they_were():
+    def broken(state, env):
+        raise RuntimeError("strategy bug")
+
+    env = CompactionEnv(
+        "probe", split="test", difficulty=SMALL, config=EnvConfig(context_window=10**6, compaction_threshold=1)
+    )
+    env.reset(seed=0)
+    env.strategy = broken
+    before = snapshot(env)
+    with pytest.raises(RuntimeError, match="strategy bug"):
+        env.step([call("next_batch", {"index": 1})])
+    assert snapshot(env) == before and env.ledger.totals()["invocations"] == 0
+
+
 @pytest.mark.parametrize("how", ["submit", "max_turns"])
 def test_step_after_the_episode_ended_raises_and_changes_nothing(how):
     env = probe_env(max_turns=1)
