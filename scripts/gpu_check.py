@@ -1,0 +1,597 @@
+"""GPU check: the GPU paths measured in one short run, on randomly initialised models of real shapes.
+
+No weights and no hub: the model shapes are configs written in the repo
+(configs/models/qwen2.5-0.5b.json, qwen2.5-1.5b.json) and the tokenizer is the tiny byte-level
+BPE with a Qwen2.5-style ChatML template that `rl_compaction.tiny` builds offline in a second.
+The embedding keeps the real vocabulary (151936 rows), so the LM head costs what it costs;
+ids the tokenizer does not know decode to nothing, which is what a random model's text is worth.
+
+Per shape, on CUDA in bf16 (the order is the priority: a time budget skips what is left):
+(a) rollouts: G episodes of one long-horizon task (`research`) through `TransformersPolicy`,
+    in lockstep, from a context of 8k and 32k tokens (the task's oracle plays until the
+    context holds that many tokens: a random model could never get there);
+(b) GRPO steps through the real trainer (`CompactionGRPOTrainer`, TRL's transformers
+    generation), LoRA and full fine-tuning, activation checkpointing on, episodes starting
+    from an 8k-token context;
+(c) SFT steps (`rl_compaction.sft.build_trainer`) on oracle demonstrations.
+Each phase records generated tokens/s, step time, peak GPU memory and the share of the time
+spent outside the model (env, sandbox, accounting, prompt rendering, parsing, rows), and the
+JSON file is rewritten after every phase, so a run stopped early keeps what it measured.
+
+`--dry-run` runs the same phases on CPU at toy sizes (2-layer shrink of each shape, its
+vocabulary cut to the tokenizer's, short contexts, float32), so CI keeps the script working.
+
+    scripts/gpu_check.sh [--dry-run] [--out gpu_check.json] [--budget-s 420] [--shapes qwen2.5-0.5b,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES_DIR = REPO / "configs" / "models"
+SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+FAMILY = "research"  # a long-horizon family: its oracle reaches 32k tokens in about 8 turns
+LORA = {"lora_r": 32, "lora_alpha": 64, "lora_dropout": 0.0, "lora_target_modules": ["all-linear"]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one run: the device run's, or the dry run's toy ones."""
+
+    contexts: tuple[int, ...]
+    group_size: int
+    new_tokens: int
+    rollout_turns: int
+    grpo_context: int
+    grpo_steps: int
+    grpo_turns: int
+    sft_context: int
+    sft_steps: int
+    difficulty_scale: float
+
+
+DEVICE_PLAN = Plan(
+    contexts=(8192, 32768),
+    group_size=8,
+    new_tokens=64,
+    rollout_turns=2,
+    grpo_context=8192,
+    grpo_steps=3,
+    grpo_turns=2,
+    sft_context=8192,
+    sft_steps=4,
+    difficulty_scale=1.0,
+)
+#: CPU sizes that keep the dry run of one shape well under a minute on two busy cores.
+DRY_PLAN = Plan(
+    contexts=(256,),
+    group_size=2,
+    new_tokens=4,
+    rollout_turns=2,
+    grpo_context=256,
+    grpo_steps=1,
+    grpo_turns=1,
+    sft_context=1536,
+    sft_steps=2,
+    difficulty_scale=0.1,
+)
+#: The dry run's shrink of every shape (vocabulary: the tokenizer's).
+TOY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class Timers:
+    """Seconds per phase name; on CUDA each interval ends with a synchronize, so kernels count."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.total: dict[str, float] = defaultdict(float)
+        self.open: list[str] = []  # the spans running now, outermost first
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        start = self.now()
+        self.open.append(name)
+        try:
+            yield
+        finally:
+            self.open.pop()
+            self.total[name] += self.now() - start
+
+    def wrap(self, name: str | Callable[[], str], fn: Callable) -> Callable:
+        """`fn` timed under `name` (or under the name `name()` gives at each call)."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.span(name if isinstance(name, str) else name()):
+                return fn(*args, **kwargs)
+
+        return timed
+
+
+class StepTimes(TrainerCallback):
+    """Wall time of each optimizer step, and what the timers held at its start."""
+
+    def __init__(self, timers: Timers):
+        self.timers, self.steps = timers, []
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._start, self._before = self.timers.now(), dict(self.timers.total)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        step = {"step_s": self.timers.now() - self._start}
+        for name, total in self.timers.total.items():
+            step[name] = total - self._before.get(name, 0.0)
+        self.steps.append(step)
+
+
+def measured(steps: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The steps after the first (it pays for warm-up: kernels, allocator, caches)."""
+    return steps[1:] or steps
+
+
+def peak_memory_gib(cuda: bool) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+
+
+def reset_memory(cuda: bool) -> None:
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+# --------------------------------------------------------------------------- model and envs
+
+
+def shape_config(name: str, tokenizer: Any, dry_run: bool) -> Any:
+    """The transformers config of shape `name` from configs/models, with the tokenizer's special ids."""
+    fields = json.loads((SHAPES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    model_type = fields.pop("model_type")
+    fields.pop("architectures", None)
+    fields.pop("torch_dtype", None)
+    if dry_run:
+        fields.update(TOY, vocab_size=len(tokenizer))
+    config = AutoConfig.for_model(model_type, **fields)
+    config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    return config
+
+
+def save_random_model(name: str, folder: Path, dry_run: bool, dtype: torch.dtype) -> dict[str, Any]:
+    """A random model of shape `name` with the tiny tokenizer, saved as a model folder that the
+    project's loaders (`load_pretrained`, the trainers) read like any local model."""
+    from rl_compaction.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(folder, "chatml")
+    config = shape_config(name, tokenizer, dry_run)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    return {
+        "params": params,
+        "vocab_size": config.vocab_size,
+        "tokenizer_vocab": len(tokenizer),
+        "layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+    }
+
+
+def prefilled_env_class() -> type:
+    """`CompactionEnv` whose reset() lets the task's oracle play until the context holds
+    `prefill_tokens`; model turns then count from 0 (max_turns applies to them)."""
+    from rl_compaction.env import CompactionEnv
+    from rl_compaction.oracle import OraclePolicy
+
+    class PrefilledEnv(CompactionEnv):
+        def __init__(self, *args: Any, prefill_tokens: int, timers: Timers, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.prefill_tokens, self.timers = prefill_tokens, timers
+
+        def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+            with self.timers.span("oracle_prefill"):
+                obs, info = super().reset(seed=seed, options=options)
+                oracle = OraclePolicy(self.task.oracle(), self)
+                tokens = info["input_tokens"]
+                while tokens < self.prefill_tokens:
+                    obs, _, terminated, truncated, step_info = self.step(oracle.act(obs))
+                    if terminated or truncated:
+                        raise RuntimeError(
+                            f"the oracle ended the episode at {tokens} tokens, before {self.prefill_tokens}"
+                        )
+                    tokens = step_info["input_tokens"]
+                self.turn = 0
+                return obs, {**info, "input_tokens": tokens}
+
+        def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+            with self.timers.span("env_step"):
+                return super().step(action)
+
+    return PrefilledEnv
+
+
+def env_config(plan: Plan, context: int, turns: int) -> Any:
+    from rl_compaction.env import EnvConfig
+
+    window = context * 2 + 4096  # the oracle's last page may overshoot the target; no episode hits the window
+    return EnvConfig(context_window=window, compaction_threshold=window, max_turns=turns)
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: torch.dtype) -> dict[str, Any]:
+    """(a) G lockstep episodes through TransformersPolicy from a `context`-token State."""
+    from rl_compaction.accounting import ChatTemplateCounter
+    from rl_compaction.models import load_pretrained
+    from rl_compaction.policies.local import TransformersPolicy
+    from rl_compaction.tasks import Difficulty
+
+    cuda = device == "cuda"
+    timers = Timers(cuda)
+    model, tokenizer = load_pretrained(str(folder), dtype=dtype)
+    policy = TransformersPolicy(
+        model, tokenizer, max_new_tokens=plan.new_tokens, max_batch_size=plan.group_size, device=device
+    )
+    policy.model.generate = timers.wrap("generate", policy.model.generate)
+    counter = ChatTemplateCounter(tokenizer)
+    env_cls = prefilled_env_class()
+    envs = [
+        env_cls(
+            FAMILY,
+            split="test",
+            difficulty=Difficulty(plan.difficulty_scale, 2),
+            config=env_config(plan, context, plan.rollout_turns),
+            counter=counter,
+            prefill_tokens=context,
+            timers=timers,
+        )
+        for _ in range(plan.group_size)
+    ]
+    observations = [env.reset(seed=0)[0] for env in envs]
+    prompt_tokens = counter.count(envs[0].instructions, envs[0].tools, observations[0]["state"])
+    reset_memory(cuda)
+    generated, turn_times = 0, []
+    for _ in range(plan.rollout_turns):
+        start, before = timers.now(), timers.total["generate"]
+        turns = policy.act(observations)
+        for i, (env, turn) in enumerate(zip(envs, turns, strict=True)):
+            observations[i] = env.step(turn.as_action())[0]
+            generated += len(turn.completion_ids or [])
+        turn_times.append({"turn_s": timers.now() - start, "generate_s": timers.total["generate"] - before})
+    total = sum(t["turn_s"] for t in turn_times)
+    model_s = sum(t["generate_s"] for t in turn_times)
+    return {
+        "context_tokens": context,
+        "prompt_tokens": prompt_tokens,
+        "group_size": plan.group_size,
+        "turns": plan.rollout_turns,
+        "max_new_tokens": plan.new_tokens,
+        "generated_tokens": generated,
+        "generated_tokens_per_s": generated / model_s,
+        "turn_s": [round(t["turn_s"], 4) for t in turn_times],
+        "generate_s": model_s,
+        "outside_model_s": total - model_s,
+        "outside_model_share": (total - model_s) / total,
+        "oracle_prefill_s": timers.total["oracle_prefill"],
+        "peak_gpu_memory_gib": peak_memory_gib(cuda),
+    }
+
+
+def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, out_dir: Path) -> dict[str, Any]:
+    """(b) optimizer steps of CompactionGRPOTrainer: one group of G episodes per step."""
+    from trl import ModelConfig, get_peft_config
+
+    from rl_compaction.models import load_pretrained
+    from rl_compaction.tasks import Difficulty
+    from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+
+    cuda = device == "cuda"
+    timers = Timers(cuda)
+    env_cls = prefilled_env_class()
+    cfg = env_config(plan, plan.grpo_context, plan.grpo_turns)
+
+    class CheckTrainer(CompactionGRPOTrainer):
+        """The real trainer; its episodes start from a `grpo_context`-token State."""
+
+        def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[Any]:
+            args = self.args
+            return [
+                env_cls(
+                    x["family"],
+                    split=split,
+                    difficulty=Difficulty(args.difficulty_scale, args.difficulty_level),
+                    config=args.env_config(),
+                    counter=self.counter,
+                    prefill_tokens=plan.grpo_context,
+                    timers=timers,
+                )
+                for x in inputs
+            ]
+
+    args = CompactionGRPOConfig(
+        output_dir=str(out_dir),
+        families=[FAMILY],
+        difficulty_scale=plan.difficulty_scale,
+        difficulty_level=2,
+        context_window=cfg.context_window,
+        compaction_threshold=cfg.compaction_threshold,
+        max_turns=plan.grpo_turns,
+        train_tasks=4 * plan.grpo_steps,
+        num_generations=plan.group_size,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=plan.group_size,
+        max_completion_length=plan.new_tokens,
+        learning_rate=1e-5,
+        loss_type="dapo",
+        beta=0.0,
+        max_steps=plan.grpo_steps,
+        logging_steps=1,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        log_episodes=0,
+        bf16=not dry_run,
+        use_cpu=dry_run,
+        activation_checkpointing=True,
+        seed=0,
+    )
+    model_args = ModelConfig(
+        model_name_or_path=str(folder), use_peft=mode == "lora", **(LORA if mode == "lora" else {})
+    )
+    model, tokenizer = load_pretrained(str(folder), dtype=torch.float32 if dry_run else torch.bfloat16)
+    step_times = StepTimes(timers)
+    trainer = CheckTrainer(
+        model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=[step_times]
+    )
+    trainer._generate_single_turn = timers.wrap("generate", trainer._generate_single_turn)
+
+    # Log-prob forwards while rows are built (old policy, reference) vs. those of the loss itself.
+    def logps_name() -> str:
+        return "rows_logps" if "generate_and_score" in timers.open else "loss_logps"
+
+    trainer._get_per_token_logps_and_entropies = timers.wrap(logps_name, trainer._get_per_token_logps_and_entropies)
+    trainer._generate_and_score_completions = timers.wrap("generate_and_score", trainer._generate_and_score_completions)
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    reset_memory(cuda)
+    trainer.train()
+    rows = trainer.last_records
+    steps = measured(step_times.steps)
+    step_s = [s["step_s"] - s.get("oracle_prefill", 0.0) for s in steps]
+    # Outside the model: generate-and-score less the model's generation and log-prob forwards, less
+    # the oracle's warm start (the check's artefact). Loss, backward and optimizer are the model's.
+    outside = [
+        s.get("generate_and_score", 0.0)
+        - s.get("generate", 0.0)
+        - s.get("rows_logps", 0.0)
+        - s.get("oracle_prefill", 0.0)
+        for s in steps
+    ]
+    generated = sum(len(inv.completion_ids or []) for r in rows for inv in r.invocations)
+    result = {
+        "mode": mode,
+        "trainable_params": trainable,
+        "context_tokens": plan.grpo_context,
+        "episodes_per_step": plan.group_size,
+        "turns_per_episode": plan.grpo_turns,
+        "max_completion_length": plan.new_tokens,
+        "steps": len(step_times.steps),
+        "measured_steps": len(steps),
+        "step_s": statistics.median(step_s),
+        "step_s_each": [round(s, 4) for s in step_s],
+        "generate_s": statistics.median(s.get("generate", 0.0) for s in steps),
+        "generated_tokens_last_step": generated,
+        "generated_tokens_per_s": generated / steps[-1]["generate"] if steps[-1].get("generate") else None,
+        "outside_model_s": statistics.median(outside),
+        "outside_model_share": statistics.median(o / s for o, s in zip(outside, step_s, strict=True)),
+        "oracle_prefill_s": statistics.median(s.get("oracle_prefill", 0.0) for s in steps),
+        "peak_gpu_memory_gib": peak_memory_gib(cuda),
+        "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
+    del trainer, model
+    return result
+
+
+def sft_phase(folder: Path, plan: Plan, device: str, dry_run: bool, work: Path) -> dict[str, Any]:
+    """(c) SFT steps on oracle demonstrations (full fine-tuning, activation checkpointing on)."""
+    from trl import ModelConfig, SFTConfig
+
+    from rl_compaction.demos import write_demos
+    from rl_compaction.sft import SFTScriptArguments, build_trainer
+
+    cuda = device == "cuda"
+    timers = Timers(cuda)
+    demos = work / "demos"
+    write_demos(
+        demos,
+        [FAMILY],
+        1,
+        ["none"],
+        scale=plan.difficulty_scale,
+        context_window=plan.sft_context,
+        tokenizer_name_or_path=f"hf:{folder}",
+        keep_failed=["none"],
+    )
+    args = SFTConfig(
+        output_dir=str(work / "sft"),
+        max_length=plan.sft_context + 1024,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=1,
+        learning_rate=1e-5,
+        max_steps=plan.sft_steps,
+        logging_steps=1,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        bf16=not dry_run,
+        use_cpu=dry_run,
+        activation_checkpointing=True,
+        seed=0,
+    )
+    model_args = ModelConfig(model_name_or_path=str(folder), dtype="float32" if dry_run else "bfloat16")
+    trainer = build_trainer(SFTScriptArguments(dataset_dir=str(demos)), args, model_args)
+    step_times = StepTimes(timers)
+    trainer.add_callback(step_times)
+    lengths = [len(r["input_ids"]) for r in trainer.train_dataset]
+    reset_memory(cuda)
+    trainer.train()
+    steps = measured(step_times.steps)
+    result = {
+        "rows": len(lengths),
+        "row_tokens_mean": statistics.mean(lengths),
+        "row_tokens_max": max(lengths),
+        "steps": len(step_times.steps),
+        "step_s": statistics.median(s["step_s"] for s in steps),
+        "step_s_each": [round(s["step_s"], 4) for s in step_times.steps],
+        "peak_gpu_memory_gib": peak_memory_gib(cuda),
+        "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
+    del trainer
+    return result
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def environment(device: str) -> dict[str, Any]:
+    import accelerate
+    import peft
+    import transformers
+    import trl
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "peft": peft.__version__,
+        "accelerate": accelerate.__version__,
+        "device": device,
+        "cpu_count": os.cpu_count(),
+    }
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_memory_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return info
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def run(shapes: list[str], out: Path, dry_run: bool, budget_s: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    if not dry_run and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --dry-run for the CPU rehearsal")
+    device = "cpu" if dry_run else "cuda"
+    dtype = torch.float32 if dry_run else torch.bfloat16
+    plan = DRY_PLAN if dry_run else DEVICE_PLAN
+    report: dict[str, Any] = {
+        "dry_run": dry_run,
+        "plan": asdict(plan),
+        "family": FAMILY,
+        "environment": environment(device),
+        "shapes": {},
+        "errors": [],
+        "skipped": [],
+    }
+
+    def phase(shape: str, name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        """Run one phase; a failure or the time budget is recorded and the next phase runs."""
+        elapsed = time.perf_counter() - started
+        if elapsed > budget_s:
+            report["skipped"].append(f"{shape}/{name}: time budget of {budget_s:g} s spent ({elapsed:.0f} s)")
+        else:
+            print(f"[gpu_check] {shape} {name} ...", file=sys.stderr, flush=True)
+            t = time.perf_counter()
+            try:
+                result = fn()
+                result["phase_wall_s"] = time.perf_counter() - t
+                report["shapes"][shape].setdefault("phases", {})[name] = result
+                print(f"[gpu_check] {shape} {name}: {json.dumps(headline(result))}", file=sys.stderr, flush=True)
+            except Exception as e:  # noqa: BLE001 - one failed phase must not cost the others' figures
+                report["errors"].append(
+                    {
+                        "phase": f"{shape}/{name}",
+                        "error": f"{type(e).__name__}: {e}",
+                        "traceback": traceback.format_exc(),
+                    }
+                )
+                print(f"[gpu_check] {shape} {name} FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            reset_memory(device == "cuda")
+        report["wall_s"] = time.perf_counter() - started
+        write_json(out, report)
+
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = Path(tmp)
+        for shape in shapes:
+            folder = work / shape
+            report["shapes"][shape] = save_random_model(shape, folder, dry_run, dtype)
+            for context in plan.contexts:
+                phase(shape, f"rollout_{context}", partial(rollout_phase, folder, plan, context, device, dtype))
+            for mode in ("lora", "full"):
+                phase(shape, f"grpo_{mode}", partial(grpo_phase, folder, plan, mode, device, dry_run, work / mode))
+            phase(shape, "sft", partial(sft_phase, folder, plan, device, dry_run, work / f"sft_{shape}"))
+    return report
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    keys = ("generated_tokens_per_s", "step_s", "peak_gpu_memory_gib", "outside_model_share")
+    return {k: round(result[k], 4) if isinstance(result[k], float) else result[k] for k in keys if k in result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, toy sizes: the CI rehearsal of the same code")
+    parser.add_argument(
+        "--out", type=Path, default=Path("gpu_check.json"), help="the JSON report (default gpu_check.json)"
+    )
+    parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {', '.join(SHAPES)}")
+    args = parser.parse_args()
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        parser.error(f"unknown shapes {unknown}; choose from {', '.join(SHAPES)}")
+    report = run(shapes, args.out, args.dry_run, args.budget_s)
+    summary = {s: {p: headline(r) for p, r in v.get("phases", {}).items()} for s, v in report["shapes"].items()}
+    print(json.dumps(summary, indent=1))
+    print(f"[gpu_check] wrote {args.out} in {report['wall_s']:.0f} s; {len(report['errors'])} phase(s) failed")
+    if report["errors"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
