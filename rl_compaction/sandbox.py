@@ -95,130 +95,279 @@ class SandboxError(Exception):
     """Evolve code failed; the message is what the agent reads in its receipt."""
 
 
-# The harness script. User code becomes the body of `evolve`; the built-ins the result check
-# needs are captured before it runs, so code that overwrites globals cannot fool the check
-# (and the returned text is parsed and validated again in Python anyway).
-_HEADER = """\
+# The harness script, the same text for every run. The code and the State arrive as data (JSON
+# text in globals the harness reads and deletes), so no character of the code can change what
+# the harness does. It captures every built-in it needs before the code runs, compiles the code
+# as the body of `function evolve(state)` with an indirect eval and checks, by comparing the
+# function's source text with what it was given, that the code did not close that body early.
+# The result is checked to hold only plain JSON values; a getter or Proxy in it may answer the
+# serialisation differently from the check, so Python decodes and validates the text again.
+# An inherited toJSON is removed before serialisation. A thrown value is described from its own and
+# inherited data properties and the engine's own stack getter, never by calling its code.
+# Errors are caught in JS, so their description runs under the CPU limit. The script's value is
+# the result's JSON (an array) or a JSON description of the failure (an object); it is never built
+# by concatenation, as the binding cannot read a QuickJS rope string.
+_HARNESS = """\
 "use strict";
 (() => {
-const isArray = Array.isArray, getProto = Object.getPrototypeOf, objProto = Object.prototype;
-const ownKeys = Reflect.ownKeys, isFiniteNum = Number.isFinite, stringify = JSON.stringify;
-const PromiseProto = Promise.prototype, maxDepth = __MAX_DEPTH__;
-const input = globalThis.__input;
-delete globalThis.__input;
-const evolve = function evolve(state) {
-"""
-_FOOTER = """
-};
-const result = evolve(input);
-if (result !== null && typeof result === "object" && (getProto(result) === PromiseProto ||
-    typeof result.then === "function")) {
-  throw new TypeError("evolve must return the State synchronously; it returned a Promise");
-}
-if (!isArray(result)) {
-  throw new TypeError("evolve must return a State array, got " + (result === null ? "null" : typeof result));
-}
+const isArray = Array.isArray, getProto = Object.getPrototypeOf, setProto = Object.setPrototypeOf;
+const create = Object.create, keys = Object.keys, hasOwn = Object.hasOwn, gopd = Object.getOwnPropertyDescriptor;
+const apply = Reflect.apply, deleteProperty = Reflect.deleteProperty, isFiniteNum = Number.isFinite;
+const stringify = JSON.stringify, isError = Error.isError, indirectEval = eval;
+const fnToString = Function.prototype.toString, strSlice = String.prototype.slice;
+const stackAccessor = gopd(Error.prototype, "stack"), stackOf = stackAccessor && stackAccessor.get;
+const symbolDescription = gopd(Symbol.prototype, "description").get;
+const objProto = Object.prototype, arrProto = Array.prototype, PromiseProto = Promise.prototype;
+const maxDepth = __MAX_DEPTH__, maxText = __MAX_TEXT__, pad = "\\n".repeat(__LINE_OFFSET__);
 const onPath = new Set();
-const check = (v, path, depth) => {
-  if (depth > maxDepth) throw new TypeError("result nests deeper than " + maxDepth + " levels at " + path);
+onPath.has = Set.prototype.has; onPath.add = Set.prototype.add; onPath.delete = Set.prototype.delete;
+const trail = [];
+setProto(trail, null);
+const input = globalThis.__input, code = globalThis.__code;
+delete globalThis.__input;
+delete globalThis.__code;
+
+const rejected = create(null);
+let reason = "";
+const reject = (message) => { reason = "TypeError: " + message; throw rejected; };
+const clipText = (s) => (s.length > maxText ? apply(strSlice, s, [0, maxText]) : s);
+const where = (depth) => {
+  let path = "state";
+  for (let i = 1; i <= depth; i++) {
+    const k = trail[i];
+    path += typeof k === "number" ? "[" + k + "]" : "." + clipText(k);
+  }
+  return path;
+};
+
+const check = (v, depth) => {
+  if (depth > maxDepth) reject("result nests deeper than " + maxDepth + " levels at " + where(depth));
+  if (v === null) return;
   const t = typeof v;
-  if (v === null || t === "string" || t === "boolean") return;
+  if (t === "string" || t === "boolean") return;
   if (t === "number") {
-    if (!isFiniteNum(v)) throw new TypeError("result holds the non-JSON number " + v + " at " + path);
+    if (!isFiniteNum(v)) reject("result holds the non-JSON number " + v + " at " + where(depth));
     return;
   }
-  if (t !== "object") throw new TypeError("result holds a non-JSON value (" + t + ") at " + path);
-  if (onPath.has(v)) throw new TypeError("result has a cycle at " + path);
+  if (t !== "object") reject("result holds a non-JSON value (" + t + ") at " + where(depth));
+  if (onPath.has(v)) reject("result has a cycle at " + where(depth));
   onPath.add(v);
   if (isArray(v)) {
-    for (let i = 0; i < v.length; i++) {
-      if (!(i in v)) throw new TypeError("result has an empty array slot at " + path + "[" + i + "]");
-      check(v[i], path + "[" + i + "]", depth + 1);
+    if (getProto(v) !== arrProto || hasOwn(v, "toJSON")) reject("result holds a non-plain array at " + where(depth));
+    const n = v.length;
+    for (let i = 0; i < n; i++) {
+      trail[depth + 1] = i;
+      if (!(i in v)) reject("result has an empty array slot at " + where(depth + 1));
+      check(v[i], depth + 1);
     }
   } else {
     const proto = getProto(v);
     if (proto !== objProto && proto !== null) {
-      throw new TypeError("result holds a non-plain object at " + path + " (only arrays and plain objects)");
+      reject("result holds a non-plain object at " + where(depth) + " (only arrays and plain objects)");
     }
-    for (const k of ownKeys(v)) {
-      if (typeof k !== "string") throw new TypeError("result has a symbol key at " + path);
-      check(v[k], path + "." + k, depth + 1);
+    const ks = keys(v);
+    for (let j = 0; j < ks.length; j++) {
+      trail[depth + 1] = ks[j];
+      check(v[ks[j]], depth + 1);
     }
   }
   onPath.delete(v);
 };
-check(result, "state", 0);
-return stringify(result);
+
+// JSON.stringify calls an inherited toJSON; the result's arrays and objects inherit only from
+// these two prototypes (checked above), so removing it there keeps the text the data.
+const noToJSON = () => {
+  if (getProto(arrProto) !== objProto) reject("Array.prototype's prototype was replaced; the result cannot be sent");
+  if ((hasOwn(objProto, "toJSON") && !deleteProperty(objProto, "toJSON")) ||
+      (hasOwn(arrProto, "toJSON") && !deleteProperty(arrProto, "toJSON"))) {
+    reject("a toJSON that cannot be removed was set on Object.prototype or Array.prototype");
+  }
+};
+
+const text = (o, name) => {
+  for (let p = o, n = 0; p !== null && n < 64; p = getProto(p), n++) {
+    const d = gopd(p, name);
+    if (d !== undefined) return hasOwn(d, "value") && typeof d.value === "string" ? clipText(d.value) : undefined;
+  }
+  return undefined;
+};
+
+const describe = (e) => {
+  const info = create(null);
+  const t = typeof e;
+  if (e === rejected) {
+    info.kind = "reject";
+    info.message = reason;
+  } else if (e === null) {
+    info.kind = "null";
+  } else if (t === "object" || t === "function") {
+    const error = isError(e);
+    info.kind = error ? "error" : "object";
+    info.name = text(e, "name");
+    info.message = text(e, "message");
+    const stack = error && stackOf ? apply(stackOf, e, []) : undefined;
+    if (typeof stack === "string") info.stack = clipText(stack);
+  } else if (t === "symbol") {
+    info.kind = "value";
+    info.text = "Symbol(" + clipText(apply(symbolDescription, e, []) ?? "") + ")";
+  } else if (t === "string") {
+    info.kind = "value";
+    info.text = stringify(clipText(e));
+  } else if (t === "number" || t === "bigint" || t === "boolean" || t === "undefined") {
+    info.kind = "value";
+    info.text = "" + e;
+  } else {
+    info.kind = "uninitialized";
+  }
+  return info;
+};
+
+try {
+  const source = 'function evolve(state) {"use strict";\\n' + code + "\\n}";
+  const evolve = indirectEval(pad + "(" + source + ")");
+  if (typeof evolve !== "function" || apply(fnToString, evolve, []) !== source) {
+    reject("evolve code must stay inside its function body (it closes the body early)");
+  }
+  const result = evolve(input);
+  if (result !== null && typeof result === "object" && (getProto(result) === PromiseProto ||
+      typeof result.then === "function")) {
+    reject("evolve must return the State synchronously; it returned a Promise");
+  }
+  if (!isArray(result)) {
+    reject("evolve must return a State array, got " + (result === null ? "null" : typeof result));
+  }
+  check(result, 0);
+  noToJSON();
+  const json = stringify(result);
+  if (typeof json !== "string" || json[0] !== "[") {
+    reject("the result changed while it was serialised (a getter or Proxy answered differently)");
+  }
+  return json;
+} catch (e) {
+  let info;
+  try {
+    info = describe(e);
+  } catch (inner) {
+    info = create(null);
+    info.kind = "opaque";
+  }
+  return stringify(info);
+}
 })()
 """
-_CODE_FIRST_LINE = _HEADER.count("\n") + 1
+# Lines of padding before the compiled code, so that a stack frame in the code (line > offset)
+# cannot be mistaken for one in the harness.
+_LINE_OFFSET = 10_000
+_MAX_TEXT = 1000  # characters kept of any text the code controls (message, name, stack)
 _LOCATION = re.compile(r"<input>:(\d+)")
-
-
-def _describe(exc: Exception, limits: SandboxLimits, code_lines: int = 0) -> str:
-    """One line the model can act on: the JS error and the line of the code it came from."""
-    text = str(exc)
-    first = text.splitlines()[0] if text else type(exc).__name__
-    if isinstance(exc, quickjs.StackOverflow) or "stack overflow" in first:
-        return f"stack limit of {limits.stack_bytes // KiB} KiB exceeded (too deep recursion)"
-    if first.startswith("InternalError: interrupted"):
-        return f"time limit of {limits.time_s * 1000:g} ms exceeded"
-    # QuickJS throws a bare null (or its internal "uninitialized" marker) when it runs out of memory
-    # while building the error object itself; a literal `throw null` in evolve code reads the same.
-    if "out of memory" in first or first in ("null", "[uninitialized]"):
-        return f"memory limit of {limits.memory_bytes / MiB:g} MiB exceeded"
-    for line in text.splitlines()[1:]:
-        m = _LOCATION.search(line)
-        line_no = int(m.group(1)) - _CODE_FIRST_LINE + 1 if m else 0
-        if 1 <= line_no <= code_lines:
-            return f"{_clip(first)} (code line {line_no})"
-    return _clip(first)
-
-
-def _clip(message: str, limit: int = 400) -> str:
-    return message if len(message) <= limit else message[: limit - 3] + "..."
-
-
-def _evaluate(state_json: str, code: str, limits: SandboxLimits) -> tuple[str | None, str | None]:
-    """One run in a fresh QuickJS context (in the worker): the result's JSON text, or an error."""
-    ctx = quickjs.Context()
-    ctx.set_max_stack_size(limits.stack_bytes)
-    try:
-        ctx.set("__state_json", state_json)
-        ctx.eval("globalThis.__input = JSON.parse(globalThis.__state_json); delete globalThis.__state_json;")
-    except quickjs.JSException as e:  # only if the input itself exceeds the stack
-        return None, f"input State could not be loaded: {_describe(e, limits)}"
-    ctx.set_memory_limit(ctx.memory()["memory_used_size"] + limits.memory_bytes)
-    ctx.set_time_limit(limits.time_s)
-    script = _HEADER.replace("__MAX_DEPTH__", str(limits.max_depth)) + code + _FOOTER
-    try:
-        out = ctx.eval(script)
-    except quickjs.JSException as e:
-        return None, _describe(e, limits, code.count("\n") + 1)
-    finally:
-        ctx.set_time_limit(-1)
-    if not isinstance(out, str):  # code escaped its function body and replaced the harness
-        return None, "evolve code must not escape its function body"
-    return out, None
-
-
-# Worker protocol, one frame each way per run. Request: lengths of (limits JSON, code, State
-# JSON) as 3 x uint32, then the three UTF-8 blobs (see `_utf8`). Reply: status byte (0 result,
-# 1 error) and a uint32 length, then the payload, UTF-8 with "surrogatepass" (an error message
-# may quote a lone surrogate).
-_REQUEST, _REPLY = struct.Struct("<III"), struct.Struct("<BI")
-_TEXT = ("utf-8", "surrogatepass")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _utf8(text: str) -> bytes:
-    """UTF-8 of code or State JSON for QuickJS, which cannot take a lone surrogate (JSON's "\\ud800"
-    decodes to one in Python): each becomes a \\uXXXX escape, which means the same inside JSON and
-    JS string literals, and JS joins an escaped high + low pair into one character."""
+def _clip(message: str, limit: int = 400) -> str:
+    """At most `limit` characters of valid text: a message must fit a receipt and encode as UTF-8."""
+    message = _LONE_SURROGATE.sub("\ufffd", message)
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def _limit_message(kind: str, limits: SandboxLimits) -> str:
+    if kind == "time":
+        return f"time limit of {limits.time_s * 1000:g} ms exceeded"
+    if kind == "memory":
+        return f"memory limit of {limits.memory_bytes / MiB:g} MiB exceeded"
+    return f"stack limit of {limits.stack_bytes // KiB} KiB exceeded (too deep recursion)"
+
+
+def _code_line(stack: str | None, code_lines: int) -> int:
+    """The code line of the first stack frame in the code, or 0."""
+    for m in _LOCATION.finditer(stack or ""):
+        line_no = int(m.group(1)) - _LINE_OFFSET - 1
+        if 1 <= line_no <= code_lines:
+            return line_no
+    return 0
+
+
+def _describe(info: dict, limits: SandboxLimits, code_lines: int) -> str:
+    """One line the model can act on, from the harness's description of a failure."""
+    kind, name, message = info.get("kind"), info.get("name"), info.get("message")
+    if kind == "reject":
+        return _clip(message)
+    if kind == "null":  # what QuickJS throws when it runs out of memory building the error itself
+        return f"{_limit_message('memory', limits)}, or the code threw null (QuickJS reports both as null)"
+    if kind == "uninitialized":
+        return _limit_message("memory", limits)
+    if kind == "value":
+        return _clip(f"threw a non-Error value: {info['text']}")
+    if kind == "opaque":
+        return "threw a value that could not be described"
+    if kind == "object":
+        return _clip(f"threw a non-Error object: {message}" if message else "threw a non-Error object")
+    if (name, message) == ("InternalError", "out of memory"):
+        return _limit_message("memory", limits)
+    if (name, message) == ("RangeError", "Maximum call stack size exceeded"):
+        return _limit_message("stack", limits)
+    head = name or "Error"
+    text = _clip(f"{head}: {message}" if message else head)
+    line_no = _code_line(info.get("stack"), code_lines)
+    return f"{text} (code line {line_no})" if line_no else text
+
+
+def _describe_uncaught(exc: Exception, limits: SandboxLimits) -> str:
+    """An error that escaped the harness: the engine stopped the run (limits) or failed itself."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, quickjs.StackOverflow) or "stack overflow" in first or "call stack size" in first:
+        return _limit_message("stack", limits)
+    if first.startswith("InternalError: interrupted"):
+        return _limit_message("time", limits)
+    if "out of memory" in first or first in ("null", "[uninitialized]"):
+        return _limit_message("memory", limits)
+    return _clip(f"the sandbox failed: {first}")
+
+
+def _evaluate(state_json: str, code_json: str, limits: SandboxLimits) -> tuple[str | None, str | None]:
+    """One run in a fresh QuickJS context (in the worker): the result's JSON text, or an error.
+    `code_json` is the code as a JSON string literal, so that it reaches QuickJS exactly."""
+    ctx = quickjs.Context()
+    ctx.set_max_stack_size(limits.stack_bytes)
     try:
-        return text.encode()
+        ctx.set("__input", state_json)
+        ctx.set("__code", code_json)
+        ctx.eval("globalThis.__input = JSON.parse(__input); globalThis.__code = JSON.parse(__code); 0")
+    except quickjs.JSException as e:  # only if the input itself exceeds the stack
+        return None, f"input State could not be loaded: {_describe_uncaught(e, limits)}"
+    ctx.set_memory_limit(ctx.memory()["memory_used_size"] + limits.memory_bytes)
+    ctx.set_time_limit(limits.time_s)
+    script = (
+        _HARNESS.replace("__MAX_DEPTH__", str(limits.max_depth))
+        .replace("__MAX_TEXT__", str(_MAX_TEXT))
+        .replace("__LINE_OFFSET__", str(_LINE_OFFSET))
+    )
+    try:
+        out = ctx.eval(script)
+    except quickjs.JSException as e:
+        return None, _describe_uncaught(e, limits)
+    finally:
+        ctx.set_time_limit(-1)
+    if out[:1] == "[":
+        return out, None
+    return None, _describe(json.loads(out), limits, json.loads(code_json).count("\n") + 1)
+
+
+# Worker protocol, one frame each way per run. Request: lengths of (limits JSON, code as a JSON
+# string, State JSON) as 3 x uint32, then the three UTF-8 blobs (see `_utf8`). Reply: status byte
+# (0 result, 1 error) and a uint32 length, then the payload in UTF-8.
+_REQUEST, _REPLY = struct.Struct("<III"), struct.Struct("<BI")
+_TEXT = ("utf-8", "surrogatepass")
+
+
+def _utf8(json_text: str) -> bytes:
+    """UTF-8 of JSON text for QuickJS, which cannot take a lone surrogate (JSON's "\\ud800" decodes
+    to one in Python): each becomes a \\uXXXX escape. JSON text holds such a character only inside
+    a string, after complete escapes, so the escape means exactly that character."""
+    try:
+        return json_text.encode()
     except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text).encode()
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
@@ -238,8 +387,11 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
         blobs = [_read_exact(requests, n) for n in sizes]
         if any(b is None for b in blobs):
             return
-        limits_json, code, state_json = (b.decode() for b in blobs)
-        out, error = _evaluate(state_json, code, SandboxLimits(**json.loads(limits_json)))
+        limits_json, code_json, state_json = (b.decode() for b in blobs)
+        try:
+            out, error = _evaluate(state_json, code_json, SandboxLimits(**json.loads(limits_json)))
+        except Exception as e:  # a bug here must fail this edit, not kill the worker with a traceback
+            out, error = None, _clip(f"the sandbox failed: {type(e).__name__}: {e}")
         payload = (out if error is None else error).encode(*_TEXT)
         replies.write(_REPLY.pack(0 if error is None else 1, len(payload)) + payload)
         replies.flush()
@@ -252,8 +404,17 @@ class _Worker:
     worker rather than sharing its parent's pipes.
     """
 
-    # The worker's own CPU limit stops runaway code; this wall-clock guard only catches a worker
-    # that stopped answering (its machine is swapping, or the engine hangs outside JS).
+    # QuickJS stops runaway JS at the CPU limit itself, but not a native built-in that loops
+    # without checking it (`[].join.call({length: 2 ** 40})`) nor a user toString that the binding
+    # calls after the limit came off. So the parent also watches the worker's CPU time and kills it
+    # at the limit plus this margin, which covers the worker's own work on the run (loading the
+    # input State, encoding the reply).
+    KILL_MARGIN_S = 0.25
+    POLL_S = 0.02
+    # Where the worker's CPU time cannot be read (no /proc), its wall time stands in, this much looser.
+    WALL_FACTOR = 4.0
+    # This wall-clock guard only catches a worker that stopped answering without using CPU (its
+    # machine is swapping, or the engine waits on something).
     GRACE_S = 60.0
 
     def __init__(self) -> None:
@@ -297,34 +458,53 @@ class _Worker:
         proc.stdout.close()
         return status
 
-    def run(self, state_json: bytes, code: bytes, limits: SandboxLimits) -> tuple[str | None, str | None]:
-        blobs = [json.dumps(asdict(limits)).encode(), code, state_json]
+    def run(self, state_json: bytes, code_json: bytes, limits: SandboxLimits) -> tuple[str | None, str | None]:
+        blobs = [json.dumps(asdict(limits)).encode(), code_json, state_json]
         frame = _REQUEST.pack(*map(len, blobs)) + b"".join(blobs)
-        timeout_s = limits.time_s + self.GRACE_S
         with self._lock:
             try:
                 proc = self._start()
                 try:
+                    cpu_start = _cpu_seconds(proc.pid)
                     proc.stdin.write(frame)
                     proc.stdin.flush()
                 except BrokenPipeError:  # it died between runs: not this code's doing, so try once more
                     self._discard()
                     proc = self._start()
+                    cpu_start = _cpu_seconds(proc.pid)
                     proc.stdin.write(frame)
                     proc.stdin.flush()
-                answered = bool(select.select([proc.stdout], [], [], timeout_s)[0])
-                reply = self._reply(proc) if answered else None
+                stopped = self._wait(proc, limits, cpu_start)
+                reply = None if stopped else self._reply(proc)
             except BaseException:  # e.g. Ctrl-C mid-run: its late reply must not answer the next run
                 self._discard()
                 raise
-            if not answered:
+            if stopped:
                 self._discard()
-                return None, f"the sandbox process did not answer within {timeout_s:g} s and was restarted"
+                return None, stopped
             if reply is None:  # end of its output: it died (let it finish exiting to read why)
                 status = self._discard(kill=False)
                 return None, f"the sandbox process died running this code ({_exit_reason(status)})"
         kind, payload = reply
         return (payload, None) if kind == 0 else (None, payload)
+
+    def _wait(self, proc: subprocess.Popen, limits: SandboxLimits, cpu_start: float | None) -> str | None:
+        """Wait for the worker's reply: None once it is ready to read, else why the run must stop."""
+        budget = limits.time_s + self.KILL_MARGIN_S
+        if cpu_start is None:
+            budget *= self.WALL_FACTOR
+        start = time.monotonic()
+        timeout = budget  # a single-threaded worker's CPU time never outruns the wall clock
+        while not select.select([proc.stdout], [], [], timeout)[0]:
+            elapsed = time.monotonic() - start
+            cpu = None if cpu_start is None else _cpu_seconds(proc.pid)
+            used = elapsed if cpu is None else cpu - cpu_start
+            if used > budget:
+                return _limit_message("time", limits)
+            if elapsed > limits.time_s + self.GRACE_S:
+                return f"the sandbox process did not answer within {limits.time_s + self.GRACE_S:g} s and was restarted"
+            timeout = self.POLL_S
+        return None
 
     @staticmethod
     def _reply(proc: subprocess.Popen) -> tuple[int, str] | None:
@@ -342,6 +522,19 @@ class _Worker:
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used, where /proc tells it (Linux); else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _exit_reason(status: int | None) -> str:
@@ -373,25 +566,27 @@ def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> 
 
     if not isinstance(code, str):
         return fail(f"code must be a string, got {type(code).__name__}")
-    code_bytes = _utf8(code)
-    if len(code_bytes) > limits.code_bytes:
-        return fail(f"code is {len(code_bytes)} bytes, over the limit of {limits.code_bytes} bytes")
+    code_size = len(code.encode(*_TEXT))
+    if code_size > limits.code_bytes:
+        return fail(f"code is {code_size} bytes, over the limit of {limits.code_bytes} bytes")
     try:
         state_bytes = _utf8(json.dumps(state, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        return fail(f"input State is not JSON-compatible: {e}")
+    except (TypeError, ValueError, RecursionError) as e:
+        return fail(_clip(f"input State is not JSON-compatible: {e}"))
     if len(state_bytes) > limits.state_bytes:
         return fail(f"input State is over the size cap of {limits.state_bytes} bytes")
 
-    out, error = _worker.run(state_bytes, code_bytes, limits)
+    out, error = _worker.run(state_bytes, _utf8(json.dumps(code, ensure_ascii=False)), limits)
     if error is not None:
         return fail(error)
     if len(out.encode(*_TEXT)) > limits.state_bytes:
         return fail(f"result State is over the size cap of {limits.state_bytes} bytes")
     try:
         result = json.loads(out)
-    except json.JSONDecodeError as e:
-        return fail(f"result is not JSON: {e.msg}")
+    except (ValueError, RecursionError) as e:  # the harness sends checked JSON; never trust that alone
+        return fail(_clip(f"result could not be decoded: {e}"))
+    if not isinstance(result, list):
+        return fail(f"result is not a State array but {type(result).__name__}")
     return SandboxResult(result, None, time.perf_counter() - start)
 
 

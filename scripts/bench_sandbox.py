@@ -46,7 +46,7 @@ def bare_quickjs(state_json: str) -> None:
 
 def in_process(state: list[dict]) -> list[dict]:
     """run_evolve's work without its worker process: serialise, run QuickJS here, parse."""
-    out, _ = _evaluate(json.dumps(state, ensure_ascii=False), EDIT, SandboxLimits())
+    out, _ = _evaluate(json.dumps(state, ensure_ascii=False), json.dumps(EDIT), SandboxLimits())
     return json.loads(out)
 
 
@@ -89,7 +89,7 @@ def main() -> None:
             for limit in (0.05, 0.25):
                 limits = SandboxLimits(time_s=limit)
                 stop = median_time(lambda: run_evolve([], "for (;;) {}", limits), 3)  # noqa: B023
-                inline = median_time(lambda: _evaluate("[]", "for (;;) {}", limits), 3)  # noqa: B023
+                inline = median_time(lambda: _evaluate("[]", '"for (;;) {}"', limits), 3)  # noqa: B023
                 print(
                     f"runaway loop, {busy} busy threads beside it, {limit * 1e3:g} ms limit: stopped after "
                     f"{stop * 1e3:.0f} ms ({stop / limit:.2f}x the limit); in-process {inline * 1e3:.0f} ms "

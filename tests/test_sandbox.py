@@ -82,13 +82,18 @@ MEMORY_BOMBS = [
 
 def test_repeated_memory_bombs_fail_the_edit_and_never_crash_the_process():
     """Every out-of-memory path QuickJS takes reads as the memory limit, run after run (the
-    archived quickjs 1.19 segfaulted here within a few dozen runs)."""
+    archived quickjs 1.19 segfaulted here within a few dozen runs). Some paths throw a bare null,
+    which a `throw null` in the code also does, so that message names both."""
     seen = collections.Counter()
     limits = SandboxLimits(time_s=5)  # some bombs need ~200 ms to fill 16 MiB; memory must be what stops them
     for _ in range(10):
         for state, code in itertools.product(([], STATE), MEMORY_BOMBS):
             seen[run_evolve(state, code, limits).error] += 1
-    assert seen == {"memory limit of 16 MiB exceeded": 2 * 10 * len(MEMORY_BOMBS)}
+    assert sum(seen.values()) == 2 * 10 * len(MEMORY_BOMBS)
+    assert set(seen) <= {
+        "memory limit of 16 MiB exceeded",
+        "memory limit of 16 MiB exceeded, or the code threw null (QuickJS reports both as null)",
+    }
 
 
 def _worker_pid() -> int:
@@ -96,18 +101,13 @@ def _worker_pid() -> int:
     return sandbox._worker._proc.pid
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def _signal_when_busy(worker_pid: int, target_pid: int, sig: int) -> threading.Thread:
     """Send `sig` to `target_pid` once the worker has spent 0.2 s of CPU on the run (so the
     request is in and the code is running, however loaded the machine is)."""
 
     def watch() -> None:
-        start = _cpu_seconds(worker_pid)
-        while _cpu_seconds(worker_pid) - start < 0.2:
+        start = sandbox._cpu_seconds(worker_pid)
+        while sandbox._cpu_seconds(worker_pid) - start < 0.2:
             time.sleep(0.01)
         os.kill(target_pid, sig)
 
@@ -133,9 +133,14 @@ def test_a_worker_that_died_between_runs_is_restarted_without_blaming_the_code()
 
 
 def test_an_interrupted_run_does_not_answer_the_next_one():
-    _signal_when_busy(_worker_pid(), os.getpid(), signal.SIGINT)  # Ctrl-C mid-run
-    with pytest.raises(KeyboardInterrupt):
-        run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=5))
+    # Python leaves SIGINT ignored when it starts ignored (nohup, a background job, some CI runners).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _signal_when_busy(_worker_pid(), os.getpid(), signal.SIGINT)  # Ctrl-C mid-run
+        with pytest.raises(KeyboardInterrupt):
+            run_evolve(STATE, "for (;;) {}", SandboxLimits(time_s=5))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert run_evolve(STATE, "return [];").state == []
 
 
@@ -245,3 +250,110 @@ def test_archived_quickjs_package_is_refused(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.19.4")
     with pytest.raises(ImportError, match="pip uninstall -y quickjs"):
         sandbox._check_engine()
+
+
+# -- hostile code (issue 9) --------------------------------------------------------------------
+
+ESCAPES = [
+    "return state; }; return 'null'; const _z = function(){",  # replaced the harness's result
+    "return state; }); (function () {",  # a second function takes the first one's place
+]
+
+
+@pytest.mark.parametrize("code", ESCAPES)
+def test_code_cannot_leave_its_function_body(code):
+    result = run_evolve(STATE, code)
+    assert not result.ok and result.state is None
+    assert "function body" in result.error or "SyntaxError" in result.error
+
+
+DEEP_WHEN_SERIALISED = """
+let reads = 0;
+const deep = () => { let a = []; for (let i = 0; i < 990; i++) a = [a]; return a; };
+state[0] = { type: 'message', role: 'user', get content() { return reads++ ? deep() : 'x'; } };
+return state;
+"""
+
+
+def test_a_result_that_changes_while_serialised_is_rejected():
+    """A getter answers the check with a string and the serialisation with 990 nested arrays,
+    which Python's JSON decoder cannot take: a rejection, not a RecursionError."""
+    result = run_evolve(STATE, DEEP_WHEN_SERIALISED)
+    assert not result.ok and "could not be decoded" in result.error
+
+
+LIMIT = SandboxLimits(time_s=0.1)
+# Generous: the run must end near its limit (plus a margin and, on a loaded machine, scheduling),
+# far below the 60 s wall guard it used to reach.
+PROMPTLY_S = 5.0
+
+THROWN_VALUES_THAT_LOOP = [
+    "throw { toString() { for (;;) {} } };",
+    "const e = new Error('x'); Object.defineProperty(e, 'message', { get() { for (;;) {} } }); throw e;",
+    "Error.prototype.toString = function () { for (;;) {} }; throw new Error('x');",
+    "throw new Proxy({}, { get() { for (;;) {} } });",
+    "Error.prototype.toString = function () { for (;;) {} }; for (;;) {}",  # interrupted, then converted
+]
+
+
+@pytest.mark.parametrize("code", THROWN_VALUES_THAT_LOOP)
+def test_describing_a_thrown_value_cannot_outlast_the_limit(code):
+    result = run_evolve(STATE, code, LIMIT)
+    assert not result.ok and result.elapsed_s < PROMPTLY_S, (result.error, result.elapsed_s)
+    assert run_evolve(STATE, "return state;").state == STATE
+
+
+NATIVE_LOOPS = [
+    "[].join.call({ length: 2 ** 40 }, '');",
+    "String(new Array(2 ** 32 - 1));",
+    "[].copyWithin.call({ length: 2 ** 40 }, 0, 1);",
+    "new Array(1e8).join(''); return state;",  # finishes, but after ~10x the limit
+]
+
+
+@pytest.mark.parametrize("code", NATIVE_LOOPS)
+def test_native_builtins_are_stopped_near_the_limit(code):
+    result = run_evolve(STATE, code, LIMIT)
+    assert result.error == "time limit of 100 ms exceeded" and result.elapsed_s < PROMPTLY_S, result
+    assert run_evolve(STATE, "return state;").state == STATE
+
+
+def test_nul_in_code_is_text_not_a_crash(capfd):
+    ok = run_evolve([], "return [{type: 'message', role: 'user', content: 'a\u0000b'}];")  # a raw NUL in a literal
+    assert ok.state == [{"type": "message", "role": "user", "content": "a\x00b"}]
+    bad = run_evolve([], "return [];\u0000")
+    assert not bad.ok and "SyntaxError" in bad.error
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("throw null;", "threw null"),
+        ("throw 'out of memory';", 'threw a non-Error value: "out of memory"'),
+        ("throw Symbol('s');", "threw a non-Error value: Symbol(s)"),
+        ("throw 42;", "threw a non-Error value: 42"),
+        ("throw { message: 'plain' };", "threw a non-Error object: plain"),
+        ("class Oops extends Error {}; Oops.prototype.name = 'Oops'; throw new Oops('no');", "Oops: no (code line 1)"),
+    ],
+)
+def test_thrown_values_are_named_for_what_they_are(code, words):
+    result = run_evolve(STATE, code)
+    assert words in result.error
+    if "memory" in code:
+        assert "memory limit" not in result.error
+
+
+def test_an_inherited_to_json_does_not_change_the_result():
+    result = run_evolve(STATE, "Object.prototype.toJSON = () => 1; Array.prototype.toJSON = () => 2; return state;")
+    assert result.ok and result.state == STATE
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["String.raw`\ud800`", "'\\\ud800'", "`\ud800`"],  # a backslash before a lone surrogate escapes that character
+    ids=["String.raw", "backslash", "template"],
+)
+def test_a_lone_surrogate_in_the_code_keeps_its_meaning(literal):
+    result = run_evolve([], f"return [{{type: 'message', role: 'user', content: {literal}}}];")
+    assert result.state == [{"type": "message", "role": "user", "content": "\ud800"}]
