@@ -8,12 +8,13 @@ State stays exactly as it was. Either way one `function_call_output` receipt ans
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from rl_compaction.accounting import TokenCounter, edit_metrics, get_counter
 from rl_compaction.sandbox import SandboxLimits, run_evolve
-from rl_compaction.state import State, StateError, typescript_declarations, validate_state
+from rl_compaction.state import State, StateError, clip, typescript_declarations, validate_state
 from rl_compaction.tasks import function_tool
 
 EVOLVE = "evolve"
@@ -30,6 +31,14 @@ EVOLVE_TOOL: dict[str, Any] = function_tool(
     {"code": {"type": "string", "description": "Body of `function evolve(state)`; must return a State array."}},
     ["code"],
 )
+
+
+#: The longest error a receipt carries, in characters: the receipt becomes part of the State, so an
+#: error quoting a huge value must not make the State too big to edit.
+MAX_RECEIPT_ERROR_CHARS = 500
+#: So the longest receipt text (JSON escapes one character into at most six).
+MAX_RECEIPT_CHARS = 6 * MAX_RECEIPT_ERROR_CHARS + 40
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ProtocolError(ValueError):
@@ -127,10 +136,13 @@ def apply_evolve(
         result = run_evolve(current, code, limits)
         error = result.error
         if error is None:
-            new_state, error = _accept(result.state, pending)
+            try:
+                new_state, error = _accept(result.state, pending)
+            except Exception as e:  # whatever came back, failing to check it rejects the edit
+                error = f"the result could not be checked ({type(e).__name__}: {e})"
 
     if new_state is None:
-        receipt: dict[str, Any] = {"applied": False, "error": error}
+        receipt: dict[str, Any] = {"applied": False, "error": _receipt_error(error)}
         base = current
     else:
         call_tokens = counter.call_tokens(pending) if evolve_call_tokens is None else evolve_call_tokens
@@ -141,6 +153,12 @@ def apply_evolve(
         base = new_state
     item = {"type": "function_call_output", "call_id": call_id, "output": json.dumps(receipt, ensure_ascii=False)}
     return EvolveOutcome(base + [item], receipt)
+
+
+def _receipt_error(message: str) -> str:
+    """The error as the receipt carries it: bounded, and text every tokenizer and file can take
+    (a thrown message may hold half of a surrogate pair)."""
+    return clip(_LONE_SURROGATE.sub("\ufffd", message), MAX_RECEIPT_ERROR_CHARS)
 
 
 def _accept(result: Any, pending: dict[str, Any]) -> tuple[State | None, str | None]:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rl_compaction import evolve
 from rl_compaction.accounting import get_counter
 from rl_compaction.evolve import (
     EVOLVE_TOOL,
+    MAX_RECEIPT_CHARS,
     ProtocolError,
     apply_evolve,
     evolve_code_of,
@@ -18,7 +20,7 @@ from rl_compaction.evolve import (
     system_suffix,
 )
 from rl_compaction.example_runner import EXAMPLES_DIR, example_dirs, run_example
-from rl_compaction.sandbox import SandboxLimits
+from rl_compaction.sandbox import SandboxLimits, SandboxResult
 from rl_compaction.state import StateError, load_state, typescript_declarations, validate_state
 
 RECEIPT_KEYS = {
@@ -185,3 +187,58 @@ def test_example_runner_detects_a_wrong_result(tmp_path: Path):
     (tmp_path / "after.json").write_text(json.dumps(after), encoding="utf-8")
     result = run_example(tmp_path, get_counter("o200k_base"))
     assert not result.passed and "differs from after.json" in result.detail
+
+
+# -- hostile code and bounded receipts (issue 9) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "return state; }; return 'null'; const _z = function(){",  # closes the function body early
+        """
+        let reads = 0;
+        const deep = () => { let a = []; for (let i = 0; i < 990; i++) a = [a]; return a; };
+        state[0] = { type: 'message', role: 'user', get content() { return reads++ ? deep() : 'x'; } };
+        return state;
+        """,  # 990 nested arrays only when serialised
+        "return [];\u0000",  # a NUL outside a literal
+    ],
+    ids=["leaves-its-body", "deep-when-serialised", "nul"],
+)
+def test_hostile_results_are_rejections_not_exceptions(code):
+    state = BASE + [evolve_call(code)]
+    outcome = apply_evolve(state)
+    assert not outcome.applied and outcome.state[:-1] == state
+    validate_state(outcome.state)
+
+
+def test_a_result_the_protocol_cannot_check_is_a_rejection(monkeypatch):
+    """Whatever the sandbox hands back (here no State at all), checking it never raises."""
+    monkeypatch.setattr(evolve, "run_evolve", lambda *a: SandboxResult(None, None, 0.0))
+    state = BASE + [evolve_call("return state;")]
+    outcome = apply_evolve(state)
+    assert not outcome.applied and outcome.state[:-1] == state
+    assert "could not be checked" in outcome.receipt["error"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    ["x" * 1_000_000, "quote \ud800 " * 100_000],
+    ids=["huge", "lone-surrogates"],
+)
+def test_the_receipt_is_small_and_valid_whatever_the_error(monkeypatch, error):
+    monkeypatch.setattr(evolve, "run_evolve", lambda *a: SandboxResult(None, error, 0.0))
+    outcome = apply_evolve(BASE + [evolve_call("return state;")])
+    assert len(outcome.state[-1]["output"]) <= MAX_RECEIPT_CHARS
+    assert json.loads(outcome.state[-1]["output"]) == outcome.receipt
+    validate_state(outcome.state)
+    outcome.state[-1]["output"].encode("utf-8")
+
+
+def test_a_huge_invalid_value_does_not_make_the_state_too_big_to_edit():
+    code = "state.splice(1, 0, {type: 'message', role: 'r'.repeat(700000), content: 'x'}); return state;"
+    outcome = apply_evolve(BASE + [evolve_call(code)])
+    assert not outcome.applied and len(outcome.state[-1]["output"]) <= MAX_RECEIPT_CHARS
+    again = apply_evolve(outcome.state + [evolve_call("return state;", "ev2")])
+    assert again.applied
