@@ -357,3 +357,9 @@ def test_an_inherited_to_json_does_not_change_the_result():
 def test_a_lone_surrogate_in_the_code_keeps_its_meaning(literal):
     result = run_evolve([], f"return [{{type: 'message', role: 'user', content: {literal}}}];")
     assert result.state == [{"type": "message", "role": "user", "content": "\ud800"}]
+
+
+def test_without_proc_the_wall_clock_stops_native_loops(monkeypatch):
+    monkeypatch.setattr(sandbox, "_cpu_seconds", lambda pid: None)
+    result = run_evolve(STATE, NATIVE_LOOPS[0], LIMIT)
+    assert result.error == "time limit of 100 ms exceeded" and result.elapsed_s < PROMPTLY_S
