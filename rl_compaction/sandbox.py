@@ -397,6 +397,13 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
         replies.flush()
 
 
+_READY = b"\x00"  # the worker's first byte: imports done, waiting for requests
+
+
+class _StartFailed(Exception):
+    """The worker process exited or hung before it was ready."""
+
+
 class _Worker:
     """The QuickJS child process of this process, started on first use and after a crash.
 
@@ -436,6 +443,12 @@ class _Worker:
             env=dict(os.environ, PYTHONPATH=path),
         )
         self._owner = os.getpid()
+        # It says it is ready once its imports are done, so that their CPU time is not counted
+        # against the first run's limit.
+        ready = select.select([self._proc.stdout], [], [], self.GRACE_S)[0] and _read_exact(self._proc.stdout, 1)
+        if ready != _READY:
+            status = self._discard()
+            raise _StartFailed(f"the sandbox process could not start ({_exit_reason(status)})")
         return self._proc
 
     def _discard(self, kill: bool = True) -> int | None:
@@ -463,19 +476,11 @@ class _Worker:
         frame = _REQUEST.pack(*map(len, blobs)) + b"".join(blobs)
         with self._lock:
             try:
-                proc = self._start()
-                try:
-                    cpu_start = _cpu_seconds(proc.pid)
-                    proc.stdin.write(frame)
-                    proc.stdin.flush()
-                except BrokenPipeError:  # it died between runs: not this code's doing, so try once more
-                    self._discard()
-                    proc = self._start()
-                    cpu_start = _cpu_seconds(proc.pid)
-                    proc.stdin.write(frame)
-                    proc.stdin.flush()
+                proc, cpu_start = self._send(frame)
                 stopped = self._wait(proc, limits, cpu_start)
                 reply = None if stopped else self._reply(proc)
+            except _StartFailed as e:
+                return None, str(e)
             except BaseException:  # e.g. Ctrl-C mid-run: its late reply must not answer the next run
                 self._discard()
                 raise
@@ -487,6 +492,21 @@ class _Worker:
                 return None, f"the sandbox process died running this code ({_exit_reason(status)})"
         kind, payload = reply
         return (payload, None) if kind == 0 else (None, payload)
+
+    def _send(self, frame: bytes) -> tuple[subprocess.Popen, float | None]:
+        """Hand the request to a ready worker; returns it and its CPU time just before."""
+        proc = self._start()
+        try:
+            cpu_start = _cpu_seconds(proc.pid)
+            proc.stdin.write(frame)
+            proc.stdin.flush()
+        except BrokenPipeError:  # it died between runs: not this code's doing, so try once more
+            self._discard()
+            proc = self._start()
+            cpu_start = _cpu_seconds(proc.pid)
+            proc.stdin.write(frame)
+            proc.stdin.flush()
+        return proc, cpu_start
 
     def _wait(self, proc: subprocess.Popen, limits: SandboxLimits, cpu_start: float | None) -> str | None:
         """Wait for the worker's reply: None once it is ready to read, else why the run must stop."""
@@ -591,4 +611,6 @@ def run_evolve(state: State, code: str, limits: SandboxLimits | None = None) -> 
 
 
 if __name__ == "__main__":  # the worker process (see _Worker)
+    sys.stdout.buffer.write(_READY)
+    sys.stdout.buffer.flush()
     _serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -363,3 +363,22 @@ def test_without_proc_the_wall_clock_stops_native_loops(monkeypatch):
     monkeypatch.setattr(sandbox, "_cpu_seconds", lambda pid: None)
     result = run_evolve(STATE, NATIVE_LOOPS[0], LIMIT)
     assert result.error == "time limit of 100 ms exceeded" and result.elapsed_s < PROMPTLY_S
+
+
+def test_a_fresh_worker_is_ready_before_its_first_run_is_timed():
+    """The watchdog counts the worker's CPU from the request on; a worker still importing would
+    charge that to the first run after every restart."""
+    sandbox._worker.close()
+    proc = sandbox._worker._start()
+    before = sandbox._cpu_seconds(proc.pid)
+    time.sleep(0.3)
+    assert sandbox._cpu_seconds(proc.pid) - before < 0.02
+
+
+def test_a_worker_that_cannot_start_fails_the_edit_with_a_reason(monkeypatch):
+    sandbox._worker.close()
+    monkeypatch.setattr(sandbox.sys, "executable", "/bin/false")
+    result = run_evolve(STATE, "return state;")
+    assert result.error == "the sandbox process could not start (exit code 1)"
+    monkeypatch.undo()
+    assert run_evolve(STATE, "return state;").state == STATE
