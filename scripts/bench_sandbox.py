@@ -1,7 +1,9 @@
 """Benchmark: the evolve round trip against a bare QuickJS JSON.parse + JSON.stringify of the
 same State, at 10 KiB, 100 KiB and 1 MiB, side by side in one run, printed as ratios (the
-sandbox's figure includes the round trip to its worker process); and how quickly a runaway loop
-is stopped relative to the time limit, on an idle process and with two threads busy beside it.
+sandbox's figure includes the round trip to its worker process); how quickly a runaway loop
+is stopped relative to the time limit, on an idle process and with two threads busy beside it;
+and how quickly a native built-in that ignores the limit is stopped (the parent kills the worker)
+and what the next run pays to start a fresh one.
 
     python scripts/bench_sandbox.py [--repeats 7]
 """
@@ -95,6 +97,19 @@ def main() -> None:
                     f"{stop * 1e3:.0f} ms ({stop / limit:.2f}x the limit); in-process {inline * 1e3:.0f} ms "
                     f"({inline / limit:.2f}x)"
                 )
+
+    limits = SandboxLimits()
+    for _ in range(3):
+        start = time.perf_counter()
+        error = run_evolve([], "[].join.call({ length: 2 ** 40 }, '');", limits).error
+        stop = time.perf_counter() - start
+        start = time.perf_counter()
+        run_evolve([], "return state;", limits)
+        restart = time.perf_counter() - start
+        print(
+            f"native loop, {limits.time_s * 1e3:g} ms limit: {error!r} after {stop * 1e3:.0f} ms "
+            f"({stop / limits.time_s:.2f}x the limit); the next run, on a fresh worker, took {restart * 1e3:.0f} ms"
+        )
 
 
 class busy_threads:
