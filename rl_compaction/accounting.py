@@ -25,6 +25,7 @@ token ids per rendered piece and `Ledger` keeps earlier requests in a hashed pre
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from abc import ABC, abstractmethod
@@ -57,17 +58,30 @@ def _as_list(ids: Any) -> list[int]:
 
 
 def reusable_prefix(a: TokenIds, b: TokenIds) -> int:
-    """Length of the longest common initial token sequence of `a` and `b`.
+    """Length of the longest common initial token sequence of `a` and `b` (see `_common_prefix`)."""
+    return _common_prefix(_as_list(a), _as_list(b))
 
-    Compares list slices in C: one comparison settles the common case (one sequence
-    extends the other); otherwise a bisection over ever smaller slices finds the first
-    difference, about 2 x min(len) element comparisons in all."""
-    a, b = _as_list(a), _as_list(b)
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+
+def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the common start of two lists or two strings.
+
+    Compares slices in C: one comparison settles the common case (one sequence extends the
+    other). Otherwise windows that double in size from the start find the first difference and
+    a bisection inside the last window pins it, so the work after that first comparison grows
+    with the common prefix, not with the sequences' length (an edit near the start of a long
+    context is found at once)."""
+    if len(a) > len(b):
+        a, b = b, a
+    n = len(a)
+    if a == b[:n]:
         return n
-    lo, hi = 0, n  # a[:lo] == b[:lo]; the first difference is at an index in [lo, hi)
-    while hi - lo > 1:
+    lo, width = 0, 256  # a[:lo] == b[:lo]; the first difference is at an index in [lo, n)
+    while True:
+        hi = min(n, lo + width)
+        if a[lo:hi] != b[lo:hi]:
+            break
+        lo, width = hi, width * 2
+    while hi - lo > 1:  # the first difference is at an index in [lo, hi)
         mid = (lo + hi) // 2
         if a[lo:mid] == b[lo:mid]:
             lo = mid
@@ -96,34 +110,87 @@ def compaction_cost(evolve_call_tokens: int, cache_cost: int, output_weight: flo
 
 
 class _ChunkCache:
-    """Bounded LRU from text piece to its token ids; misses are encoded together in one batch."""
+    """Bounded LRU from a hashable key (a text piece, a frozen State item) to its token ids;
+    misses are encoded together in one batch. `size(key, ids)` is what an entry counts against
+    `max_chars` (default: the key's length)."""
 
-    def __init__(self, encode_batch: Callable[[list[str]], list[list[int]]], max_entries: int, max_chars: int):
+    def __init__(
+        self,
+        encode_batch: Callable[[list[Any]], list[list[int]]],
+        max_entries: int,
+        max_chars: int,
+        size: Callable[[Any, list[int]], int] = lambda key, ids: len(key),
+    ):
         if max_entries < 1 or max_chars < 1:
             raise ValueError("cache bounds must be >= 1")
         self._encode_batch = encode_batch
-        self._entries: OrderedDict[str, list[int]] = OrderedDict()
+        self._size = size
+        self._entries: OrderedDict[Any, list[int]] = OrderedDict()
         self._chars = 0
         self.max_entries, self.max_chars = max_entries, max_chars
 
-    def encode(self, pieces: list[str]) -> list[int]:
+    def encode(
+        self,
+        keys: list[Any],
+        values: list[Any] | None = None,
+        out: list[int] | None = None,
+        lengths: list[int] | None = None,
+    ) -> list[int]:
+        """The ids of `keys` concatenated, appended to `out` (a new list by default); each key's id
+        count is appended to `lengths` when given. A miss is encoded from its key, or from the
+        matching element of `values` (the object the key was made from)."""
         entries = self._entries
-        missing = list(dict.fromkeys(p for p in pieces if p not in entries))
-        fresh = dict(zip(missing, self._encode_batch(missing), strict=True)) if missing else {}
-        out: list[int] = []
-        for p in pieces:
-            ids = fresh.get(p)
+        missing: dict[Any, Any] = {}
+        for key, value in zip(keys, keys if values is None else values, strict=True):
+            if key not in entries and key not in missing:
+                missing[key] = value
+        fresh = dict(zip(missing, self._encode_batch(list(missing.values())), strict=True)) if missing else {}
+        out = [] if out is None else out
+        for key in keys:
+            ids = fresh.get(key)
             if ids is None:
-                ids = entries[p]
-                entries.move_to_end(p)
+                ids = entries[key]
+                entries.move_to_end(key)
             out.extend(ids)
-        for p, ids in fresh.items():
-            entries[p] = ids
-            self._chars += len(p)
+            if lengths is not None:
+                lengths.append(len(ids))
+        for key, ids in fresh.items():
+            entries[key] = ids
+            self._chars += self._size(key, ids)
         while len(entries) > self.max_entries or (self._chars > self.max_chars and len(entries) > 1):
-            p, _ = entries.popitem(last=False)
-            self._chars -= len(p)
+            key, ids = entries.popitem(last=False)
+            self._chars -= self._size(key, ids)
         return out
+
+
+class _NotFreezable(Exception):
+    """A value holds something other than plain JSON types (or a str subclass, a non-str key)."""
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable key for a JSON value such that equal keys always render the same JSON: str and
+    None stand for themselves; a dict is ("d", k1, v1, k2, v2, ...) and a list ("l", v1, ...)
+    (one tuple each: few allocations, so little garbage-collector work per call); other scalars
+    are tagged by type (so 1, 1.0 and True differ) and floats go by repr (so 0.0 and -0.0
+    differ). Raises _NotFreezable for anything else."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind is dict:
+        flat: list[Any] = ["d"]
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotFreezable
+            flat.append(k)
+            flat.append(v if type(v) is str else _frozen(v))
+        return tuple(flat)
+    if kind is list:
+        return ("l", *map(_frozen, value))
+    if kind is int or kind is bool:
+        return (kind.__name__, value)
+    if kind is float:
+        return ("f", repr(value))
+    raise _NotFreezable
 
 
 class TokenCounter(ABC):
@@ -165,21 +232,35 @@ class TiktokenCounter(TokenCounter):
     """The documented tiktoken estimate for API models (`rl_compaction.render.estimate_pieces`).
 
     Each piece (header, one per item, generation prompt) is encoded on its own with
-    `encode_ordinary` (text that looks like a special token counts as text) and cached,
-    so an appended turn only encodes its new items. `output_tokens` counts a function
-    call as tokens(name) + tokens(arguments) and a message or reasoning item as the tokens
-    of its text: the provider's per-call framing is not public and is left out."""
+    `encode_ordinary` (text that looks like a special token counts as text) and cached, so an
+    appended turn only encodes its new items. Items are cached by their content (`_frozen`), so
+    a known item costs a hash lookup instead of its JSON serialisation: per turn that is most of
+    the work, and an evolve result (new objects, mostly unchanged items) reuses the counts of
+    every unchanged item. `output_tokens` counts a function call as tokens(name) +
+    tokens(arguments) and a message or reasoning item as the tokens of its text: the provider's
+    per-call framing is not public and is left out."""
 
     def __init__(self, encoding_name: str = "o200k_base", *, max_entries: int = 16_384, max_chars: int = 64 << 20):
         self.encoding = get_encoding(encoding_name)
         self.name = encoding_name
-        self._cache = _ChunkCache(self._encode_batch, max_entries, max_chars)
+        self._cache = _ChunkCache(lambda pieces: self._encode_batch(pieces), max_entries, max_chars)
+        self._items = _ChunkCache(self._encode_items, max_entries, max_chars, size=lambda key, ids: 4 * len(ids) + 64)
 
     def _encode_batch(self, pieces: list[str]) -> list[list[int]]:
         return [self.encoding.encode_ordinary(p) for p in pieces]
 
+    def _encode_items(self, items: list[dict[str, Any]]) -> list[list[int]]:
+        return self._encode_batch(estimate_pieces("", [], items)[1:-1])
+
     def input_ids(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
-        return self._cache.encode(estimate_pieces(instructions, tools, state))
+        header, generation_prompt = estimate_pieces(instructions, tools, [])
+        try:
+            keys = [_frozen(item) for item in state]
+            ids = self._cache.encode([header])
+            self._items.encode(keys, state, out=ids)
+        except (_NotFreezable, ValueError):  # unusual values take the piece path; a bad item raises there
+            return self._cache.encode(estimate_pieces(instructions, tools, state))
+        return self._cache.encode([generation_prompt], out=ids)
 
     def input_ids_full(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
         ids: list[int] = []
@@ -210,6 +291,17 @@ class TiktokenCounter(TokenCounter):
 _RUST_WS = "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
+@dataclass(frozen=True)
+class _Encoded:
+    """A text the counter encoded, its ids, and where each added-token match in it ends
+    (in chars, and in ids up to there)."""
+
+    text: str
+    ends: list[int]
+    id_ends: list[int]
+    ids: list[int]
+
+
 class ChatTemplateCounter(TokenCounter):
     """A local model's exact input: its chat template rendered and its tokenizer applied.
 
@@ -217,11 +309,17 @@ class ChatTemplateCounter(TokenCounter):
     on the raw text and then tokenises each stretch between them on its own, so encoding
     those stretches separately and concatenating gives the same ids. The counter splits
     the rendered text the same way and caches ids per stretch; an appended turn encodes
-    only its new stretches. A probe at construction checks the equality for this
+    only its new stretches. It also keeps its last few texts with their ids: a new text reuses
+    the ids of the one it shares the longest start with, up to the last added token that ends
+    inside the shared start, and splits and looks up only the rest (see `_encode`).
+    A probe at construction checks the equality for this
     tokenizer (it fails e.g. for a Metaspace pre-tokenizer that marks only the first
     word); when it fails, or for a slow tokenizer, every call takes the full path.
     The Jinja rendering itself is redone each call (templates are not decomposable); it
-    is string work, much cheaper than tokenising."""
+    is string work, much cheaper than tokenising, and at ~100k tokens most of what a call costs."""
+
+    #: texts kept for reuse: about the episodes that share one counter in lockstep (G)
+    RECENT = 16
 
     def __init__(
         self,
@@ -248,8 +346,13 @@ class ChatTemplateCounter(TokenCounter):
             self._backend.no_padding()
             self._backend.encode_special_tokens = backend.encode_special_tokens
         self._split = self._added_token_splitter()
-        self._cache = _ChunkCache(self._encode_batch, max_entries, max_chars)
+        self._cache = _ChunkCache(lambda texts: self._encode_batch(texts), max_entries, max_chars)
         self.incremental = self._split is not None and self._probe_chunking()
+        # `_encode`'s reuse needs every split-out added token to hold a non-whitespace character.
+        self._reuse = self.incremental and all(
+            t.content.strip() for t in self._backend.get_added_tokens_decoder().values()
+        )
+        self._recent: list[_Encoded] = []
 
     # -- tokenisation
 
@@ -299,9 +402,58 @@ class ChatTemplateCounter(TokenCounter):
         return len(self.encode_text(text))
 
     def _encode(self, text: str) -> list[int]:
-        if self.incremental:
-            return self._cache.encode(self._chunks(text))
-        return self.encode_text(text)
+        """Ids of `text`, from the cache of stretches, reusing a recent text's ids for the start
+        they share.
+
+        Why the reuse is exact: the splitter's matches that end at an index e < shared (the
+        common start's length) are the same in both texts, because whether and where each one
+        matches depends only on the text up to and including index e (a match's trailing
+        whitespace stops at e); scanning resumes at e either way. Every added token the splitter
+        knows holds a non-whitespace character, so no new match can begin before e and run past
+        it. So the ids up to the last such match end are the recent text's ids up to there."""
+        if not self.incremental:
+            return self.encode_text(text)
+        base, shared = None, 0
+        for record in self._recent if self._reuse else ():  # a few texts: one per episode in lockstep
+            n = _common_prefix(record.text, text)
+            if n > shared:
+                base, shared = record, n
+        ids: list[int] = []
+        ends: list[int] = []  # char index where each added-token match ends
+        id_ends: list[int] = []  # id count of the text up to there
+        start = 0
+        if base is not None:
+            k = bisect.bisect_left(base.ends, shared)  # base.ends[:k] < shared
+            if k:
+                start = base.ends[k - 1]
+                ids = base.ids[: base.id_ends[k - 1]]
+                ends, id_ends = base.ends[:k], base.id_ends[:k]
+        pieces, is_match = [], []
+        pos = start
+        for m in self._split.finditer(text, start):
+            if m.start() > pos:
+                pieces.append(text[pos : m.start()])
+                is_match.append(0)
+            pieces.append(m.group())
+            is_match.append(m.end())
+            pos = m.end()
+        if pos < len(text):
+            pieces.append(text[pos:])
+            is_match.append(0)
+        lengths: list[int] = []
+        self._cache.encode(pieces, out=ids, lengths=lengths)
+        total = len(ids) - sum(lengths)
+        for length, end in zip(lengths, is_match, strict=True):
+            total += length
+            if end:
+                ends.append(end)
+                id_ends.append(total)
+        record = _Encoded(text, ends, id_ends, ids)
+        if base is not None and shared * 2 >= len(base.text):  # the same conversation, moved on
+            self._recent.remove(base)
+        self._recent.append(record)
+        del self._recent[: -self.RECENT]
+        return list(ids)
 
     # -- rendering
 

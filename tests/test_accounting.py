@@ -175,18 +175,69 @@ def test_incremental_equals_full_after_appends_and_edits(counter):
         assert counter.input_ids(INSTRUCTIONS, TOOLS, variant) == counter.input_ids_full(INSTRUCTIONS, TOOLS, variant)
 
 
-def test_an_appended_turn_tokenises_only_new_text(counter):
+def test_an_appended_turn_tokenises_only_new_text(counter, monkeypatch):
     state = make_state(20)
     counter.input_ids(INSTRUCTIONS, TOOLS, state)  # warm the piece cache
     encoded: list[str] = []
-    cache = counter._cache
-    original = cache._encode_batch
-    cache._encode_batch = lambda texts: (encoded.extend(texts), original(texts))[1]
+    original = counter._encode_batch
+    monkeypatch.setattr(counter, "_encode_batch", lambda texts: (encoded.extend(texts), original(texts))[1])
     new_turn = make_turn(99, body="brand new evidence " * 10)
     counter.input_ids(INSTRUCTIONS, TOOLS, state + new_turn)
     rendered_turn = sum(len(json.dumps(item)) for item in new_turn)
     total = len(json.dumps(state))
     assert 0 < sum(map(len, encoded)) < rendered_turn + 200 < total / 5
+
+
+def test_cached_counts_equal_full_for_values_that_compare_equal_but_render_differently(counter):
+    """1, 1.0 and True are equal (and hash alike) in Python but render differently in JSON; so do
+    0.0 and -0.0. Content-keyed caching must keep them apart."""
+    base = make_state(1)
+    for value in (1, 1.0, True, 0.0, -0.0, "1", None, [1], {"a": 1}, [True], [1.0]):
+        item = {"type": "function_call", "call_id": "x", "name": "search", "arguments": json.dumps({"v": value})}
+        extra = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": str(value)}]}
+        state = base + [item, {"type": "function_call_output", "call_id": "x", "output": "ok"}, extra]
+        assert counter.input_ids(INSTRUCTIONS, TOOLS, state) == counter.input_ids_full(INSTRUCTIONS, TOOLS, state)
+    from rl_compaction.accounting import _frozen
+
+    keys = [_frozen(v) for v in (1, 1.0, True, 0.0, -0.0, "1", None, [1], {"1": 1}, ["l", 1])]
+    assert len(set(keys)) == len(keys)
+
+
+def test_counts_follow_items_changed_in_place(counter):
+    """Caches key on content, never on object identity: an item edited in place is re-counted."""
+    state = make_state(6)
+    before = counter.input_ids(INSTRUCTIONS, TOOLS, state)
+    state[3]["output"] = "edited in place " * 5
+    state[0]["content"] = "A different task."
+    after = counter.input_ids(INSTRUCTIONS, TOOLS, state)
+    assert after == counter.input_ids_full(INSTRUCTIONS, TOOLS, state) != before
+
+
+def test_reused_texts_give_exact_ids_across_lockstep_episodes_and_edits(counter):
+    """Many episodes share one counter (as in lockstep rollouts): interleaved growth, early and
+    late edits, a common start that ends inside an added token's whitespace, str subclasses."""
+
+    class Text(str):
+        pass
+
+    rng = random.Random(5)
+    episodes = [make_state(2) for _ in range(4)]
+    for step in range(12):
+        for e, state in enumerate(episodes):
+            choice = rng.random()
+            if choice < 0.6:
+                state = state + make_turn(100 * e + step, body=rng.choice(["  ", "\n\n", "x <tool_call> y", "z"]) * 3)
+            elif choice < 0.8:  # edit an output early or late; trailing whitespace before <|im_end|>
+                state = [dict(item) for item in state]
+                outputs = [item for item in state if item["type"] == "function_call_output"]
+                rng.choice([outputs[0], outputs[-1]])["output"] = "ends with spaces   \n"
+            else:
+                state = state[:1] + state[3:] if len(state) > 3 else state
+            episodes[e] = state
+            assert counter.input_ids(INSTRUCTIONS, TOOLS, state) == counter.input_ids_full(INSTRUCTIONS, TOOLS, state)
+    odd = make_state(2)
+    odd[0] = {**odd[0], "content": Text("a str subclass")}
+    assert counter.input_ids(INSTRUCTIONS, TOOLS, odd) == counter.input_ids_full(INSTRUCTIONS, TOOLS, odd)
 
 
 def test_added_tokens_that_strip_whitespace_stay_incremental(tiny_dirs):
