@@ -5,10 +5,12 @@ State (the caller's objects are never handed over) and must synchronously return
 of plain JSON values. The context exposes only ECMAScript built-ins: no `require`,
 `process`, `fetch`, timers, file system or network exist in it.
 
-QuickJS runs in a child process, one per calling process, kept for reuse. That buys two things
+QuickJS runs in a child process, one per calling process, kept for reuse. That buys three things
 an RL harness running untrusted code needs: an engine crash fails one edit instead of killing
-the trainer (the worker is restarted), and the time limit, which QuickJS measures with the
-process CPU clock, counts the evolve code alone rather than every busy thread of the trainer.
+the trainer (the worker is restarted); the time limit, which QuickJS measures with the process
+CPU clock, counts the evolve code alone rather than every busy thread of the trainer; and code
+that the engine cannot interrupt (a native built-in looping over 2 ** 40 elements) is stopped
+by killing the worker at the limit plus a small margin.
 """
 
 from __future__ import annotations

@@ -334,6 +334,7 @@ def test_nul_in_code_is_text_not_a_crash(capfd):
         ("throw Symbol('s');", "threw a non-Error value: Symbol(s)"),
         ("throw 42;", "threw a non-Error value: 42"),
         ("throw { message: 'plain' };", "threw a non-Error object: plain"),
+        ("throw new Proxy({}, { getOwnPropertyDescriptor() { throw 1; } });", "could not be described"),
         ("class Oops extends Error {}; Oops.prototype.name = 'Oops'; throw new Oops('no');", "Oops: no (code line 1)"),
     ],
 )
