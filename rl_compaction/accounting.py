@@ -498,12 +498,19 @@ class ChatTemplateCounter(TokenCounter):
         return len(ids) - reusable_prefix(prompt, ids)
 
 
+@functools.cache
+def _shared_tiktoken_counter(name: str) -> TiktokenCounter:
+    return TiktokenCounter(name)
+
+
 def get_counter(name: str) -> TokenCounter:
-    """A counter by name: "o200k_base" or "cl100k_base" (tiktoken estimate), a known model name
+    """A counter by name: "o200k_base" or "cl100k_base" (tiktoken estimate; one shared counter per
+    encoding and process, so every env and `apply_evolve` reuse the same cached counts, which
+    always equal the uncached path's), a known model name
     (`rl_compaction.models.KNOWN_MODELS`), or "hf:PATH" / an existing directory (a local tokenizer
     with a chat template; never downloads)."""
     if name in OFFLINE_ENCODINGS:
-        return TiktokenCounter(name)
+        return _shared_tiktoken_counter(name)
     from rl_compaction.models import KNOWN_MODELS, resolve_model
 
     if name in KNOWN_MODELS:

@@ -5,7 +5,9 @@ of one more appended turn (a call and its output) with both counters: the tiktok
 estimate and a tiny Hugging Face tokenizer with a ChatML template (rl_compaction.tiny). Each
 row shows the median time of the incremental path (piece cache warm from the previous
 turn), of the full path (no cache) and their ratio, plus the Ledger's per-turn time and
-the prefix check. Timings depend on the machine; the ratios are what to look at.
+the prefix check. For the chat template it also shows the Jinja rendering alone, which both
+paths pay in full (templates are not decomposable): render / full is the floor of the HF
+ratio. Timings depend on the machine; the ratios are what to look at.
 
     python scripts/bench_accounting.py [--tokens 100000] [--repeats 5]
 """
@@ -102,9 +104,12 @@ def bench(label: str, counter: TokenCounter, tokens: int, repeats: int) -> None:
     t_prefix = median_time(lambda: reusable_prefix(old, new), repeats)
     t_ledger = median_time(lambda: Ledger(ledger.cache_model).record(new, 50), 1)  # cold: hashes every block
     t_record = median_time(lambda: ledger.record(new, 50), repeats)  # warm: extends the previous request
+    render = getattr(counter, "render", None)
+    t_render = median_time(lambda: render(INSTRUCTIONS, TOOLS, new_state), repeats) if render else 0.0
     print(
-        f"{label:<22} {len(new):>8} {t_inc * 1e3:>10.2f} {t_full * 1e3:>10.2f} {t_full / t_inc:>7.1f}x"
+        f"{label:<22} {len(new):>8} {t_inc * 1e3:>10.2f} {t_full * 1e3:>10.2f} {t_inc / t_full:>7.3f}x"
         f" {t_prefix * 1e3:>9.3f} {t_record * 1e3:>9.3f} {t_ledger * 1e3:>9.2f}"
+        + (f" {t_render * 1e3:>9.2f} {t_render / t_full:>7.3f}x" if render else "")
     )
 
 
@@ -114,8 +119,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure (median)")
     args = parser.parse_args()
     print(
-        f"{'counter':<22} {'tokens':>8} {'incr ms':>10} {'full ms':>10} {'ratio':>8}"
-        f" {'prefix ms':>9} {'record ms':>9} {'cold ms':>9}"
+        f"{'counter':<22} {'tokens':>8} {'incr ms':>10} {'full ms':>10} {'incr/full':>8}"
+        f" {'prefix ms':>9} {'record ms':>9} {'cold ms':>9} {'render ms':>9} {'rend/full':>8}"
     )
     bench("tiktoken o200k_base", TiktokenCounter("o200k_base"), args.tokens, args.repeats)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,69 @@
+"""Benchmark: what `apply_evolve` costs beside the sandbox, against a bare QuickJS JSON.parse +
+JSON.stringify of the same State, at 10 KiB, 100 KiB and 1 MiB, side by side in one run.
+
+The edit rewrites the first item (the worst case for prompt caching; every other item is
+unchanged). Columns, each a median and its ratio to bare QuickJS:
+- run_evolve: the sandbox round trip (worker process, QuickJS, JSON both ways);
+- validate x2: `validate_state` of the State before and after (apply_evolve checks both);
+- receipt: `edit_metrics` with the env's warm counter (the before-State was counted for the
+  previous model turn), o200k estimate: token counts before and after, their prefix;
+- apply_evolve: the whole protocol with that warm counter (as `CompactionEnv` calls it);
+- cold: apply_evolve with a fresh counter (it tokenises both States whole).
+
+    python scripts/bench_evolve.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+from bench_sandbox import bare_quickjs, make_state
+
+from rl_compaction.accounting import TiktokenCounter, edit_metrics
+from rl_compaction.evolve import apply_evolve
+from rl_compaction.sandbox import run_evolve
+from rl_compaction.state import validate_state
+
+EDIT = "state[0].content = 'Task (edited).'; return state;"
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    columns = ("run_evolve", "validate x2", "receipt", "apply_evolve", "cold")
+    print(f"{'State':>8} {'bare QuickJS':>12}" + "".join(f" {c:>19}" for c in columns))
+    for label, size in (("10 KiB", 10 * 1024), ("100 KiB", 100 * 1024), ("1 MiB", 1024 * 1024)):
+        state = make_state(size)
+        state_json = json.dumps(state, ensure_ascii=False)
+        pending = {"type": "function_call", "call_id": "ev", "name": "evolve", "arguments": json.dumps({"code": EDIT})}
+        counter = TiktokenCounter("o200k_base")
+        counter.input_ids("", [], state)  # what the env did when it rendered the previous turn
+        after = run_evolve(state, EDIT).state
+        r = args.repeats
+        bare = median_time(lambda: bare_quickjs(state_json), r)  # noqa: B023
+        times = [
+            median_time(lambda: run_evolve(state, EDIT), r),  # noqa: B023
+            median_time(lambda: [validate_state(s + [pending], pending_call_id="ev") for s in (state, after)], r),  # noqa: B023
+            median_time(lambda: edit_metrics(counter, "", [], state, after, 20, 1.0), r),  # noqa: B023
+            median_time(lambda: apply_evolve(state + [pending], counter=counter, tools=[]), r),  # noqa: B023
+            median_time(lambda: apply_evolve(state + [pending], counter=TiktokenCounter(), tools=[]), r),  # noqa: B023
+        ]
+        print(f"{label:>8} {bare * 1e3:10.2f}ms" + "".join(f" {t * 1e3:9.2f}ms ({t / bare:5.2f}x)" for t in times))
+
+
+if __name__ == "__main__":
+    main()
