@@ -3,18 +3,31 @@ prompt ids, sampled ids and per-token logprobs that training needs.
 
 Logprobs follow TRL's convention: log-softmax of the raw logits divided by the sampling
 temperature (top-p / top-k filtering changes what can be sampled, not these values).
+
+Prompts of one batch that share a long start (the G episodes of a group share the system
+message, the tools and the task's opening; at the first turn their prompts are identical) have
+that start prefilled once and its KV cache copied to every row: the prefill, most of a turn's
+work at long contexts, then costs one sequence instead of G. Rows are laid out as
+[shared start][padding][own rest], the padding masked, so positions stay those of the plain
+prompt; sampled ids and logprobs equal the plain path's up to float rounding.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from rl_compaction import chat_format
+from rl_compaction.accounting import reusable_prefix
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
+
+#: A shared start shorter than this is prefilled with each row (a separate pass is not worth it).
+MIN_SHARED_PREFIX = 64
 
 
 class TransformersPolicy(Policy):
@@ -56,6 +69,9 @@ class TransformersPolicy(Policy):
         self.do_sample, self.max_batch_size = do_sample, max_batch_size
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_ids = self._stop_ids()
+        # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
+        forward_params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
 
     def _stop_ids(self) -> set[int]:
         ids = set()
@@ -76,17 +92,39 @@ class TransformersPolicy(Policy):
             turns.extend(self._generate(observations[start : start + self.max_batch_size]))
         return turns
 
+    def _shared_prefix(self, prompts: list[list[int]]) -> dict[str, Any]:
+        """The KV cache of the batch's shared start, prefilled once and copied to every row, and its
+        length; {} when the rows share less than MIN_SHARED_PREFIX tokens (or there is one row).
+        The last token of the shortest prompt is left out, so every row feeds the model at least
+        one token and gets its first logits from the generation itself."""
+        if len(prompts) < 2:
+            return {}
+        shared = min(min(len(p) for p in prompts) - 1, *(reusable_prefix(prompts[0], p) for p in prompts[1:]))
+        if shared < MIN_SHARED_PREFIX:
+            return {}
+        cache = DynamicCache(config=self.model.config)
+        start = torch.tensor([prompts[0][:shared]], device=self.device)
+        self.model(input_ids=start, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+        cache.batch_repeat_interleave(len(prompts))
+        return {"cache": cache, "length": shared}
+
     @torch.no_grad()
     def _generate(self, observations: list[dict[str, Any]]) -> list[Turn]:
         started = time.perf_counter()
         prompts = [self.prompt_ids(o) for o in observations]
-        width = max(len(p) for p in prompts)
-        # Left padding keeps every prompt's last token at the same position for generation.
+        prefix = self._shared_prefix(prompts)
+        shared = prefix.get("length", 0)
+        rest = max(len(p) for p in prompts) - shared
+        width = shared + rest
+        # [shared start][left padding][own rest]: every prompt's last token sits at the same position.
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
+            input_ids[i, :shared] = torch.tensor(p[:shared], dtype=torch.long)
+            mask[i, :shared] = 1
+            input_ids[i, width - (len(p) - shared) :] = torch.tensor(p[shared:], dtype=torch.long)
+            mask[i, width - (len(p) - shared) :] = 1
+        cache = {self._cache_kwarg: prefix["cache"]} if prefix else {}
         out = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
@@ -99,6 +137,7 @@ class TransformersPolicy(Policy):
             eos_token_id=sorted(self.stop_ids) or None,
             return_dict_in_generate=True,
             output_logits=True,
+            **cache,
         )
         new = out.sequences[:, width:].cpu()
         # logits[t]: (batch, vocab) raw scores for generated position t
