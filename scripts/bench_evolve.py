@@ -31,13 +31,16 @@ from rl_compaction.state import validate_state
 EDIT = "state[0].content = 'Task (edited).'; return state;"
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
+def median_times(fns: list[Callable[[], object]], repeats: int) -> list[float]:
+    """Median seconds of each function, timed in turns (one call of each per round), so load from
+    elsewhere on the machine falls on all columns alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, spent in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -53,15 +56,17 @@ def main() -> None:
         counter = TiktokenCounter("o200k_base")
         counter.input_ids("", [], state)  # what the env did when it rendered the previous turn
         after = run_evolve(state, EDIT).state
-        r = args.repeats
-        bare = median_time(lambda: bare_quickjs(state_json), r)  # noqa: B023
-        times = [
-            median_time(lambda: run_evolve(state, EDIT), r),  # noqa: B023
-            median_time(lambda: [validate_state(s + [pending], pending_call_id="ev") for s in (state, after)], r),  # noqa: B023
-            median_time(lambda: edit_metrics(counter, "", [], state, after, 20, 1.0), r),  # noqa: B023
-            median_time(lambda: apply_evolve(state + [pending], counter=counter, tools=[]), r),  # noqa: B023
-            median_time(lambda: apply_evolve(state + [pending], counter=TiktokenCounter(), tools=[]), r),  # noqa: B023
-        ]
+        bare, *times = median_times(
+            [
+                lambda: bare_quickjs(state_json),  # noqa: B023
+                lambda: run_evolve(state, EDIT),  # noqa: B023
+                lambda: [validate_state(s + [pending], pending_call_id="ev") for s in (state, after)],  # noqa: B023
+                lambda: edit_metrics(counter, "", [], state, after, 20, 1.0),  # noqa: B023
+                lambda: apply_evolve(state + [pending], counter=counter, tools=[]),  # noqa: B023
+                lambda: apply_evolve(state + [pending], counter=TiktokenCounter(), tools=[]),  # noqa: B023
+            ],
+            args.repeats,
+        )
         print(f"{label:>8} {bare * 1e3:10.2f}ms" + "".join(f" {t * 1e3:9.2f}ms ({t / bare:5.2f}x)" for t in times))
 
 
