@@ -22,8 +22,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from rl_compaction import chat_format
-from rl_compaction.accounting import reusable_prefix
+from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 
 #: A shared start shorter than this is prefilled with each row (a separate pass is not worth it).
@@ -70,6 +69,7 @@ class TransformersPolicy(Policy):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_ids = self._stop_ids()
         # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
+        self._counter = ChatTemplateCounter(tokenizer)
         forward_params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
 
@@ -82,9 +82,9 @@ class TransformersPolicy(Policy):
         return ids
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
-        return chat_format.prompt_ids(
-            self.tokenizer, observation["instructions"], observation["tools"], observation["state"]
-        )
+        """`chat_format.prompt_ids` of the observation, tokenised incrementally: a turn's prompt
+        extends the previous one, so only its new text is tokenised (the ids are the same)."""
+        return self._counter.input_ids(observation["instructions"], observation["tools"], observation["state"])
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         turns: list[Turn] = []
