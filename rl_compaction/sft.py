@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset, interleave_datasets, load_from_disk
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction import chat_format
@@ -55,6 +55,13 @@ class SFTScriptArguments:
     """What the SFT entry point needs besides TRL's SFTConfig and ModelConfig."""
 
     dataset_dir: str = field(metadata={"help": "A demos folder written by rl_compaction.demos.write_demos."})
+    balance_turns: bool = field(
+        default=False,
+        metadata={
+            "help": "Sample each kind of turn (the tool the oracle called: read, evolve, submit, ...) equally "
+            "often, repeating the rarer kinds; an episode has one final answer but many reads."
+        },
+    )
 
 
 def _log(message: str) -> None:
@@ -116,9 +123,31 @@ def tokenize_row(tokenizer: Any, row: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
-def prepare_dataset(demos: Dataset, tokenizer: Any, max_length: int | None) -> Dataset:
-    """Tokenise demo rows for `SFTTrainer`; rows over `max_length` tokens are dropped (and counted)."""
-    rows = [tokenize_row(tokenizer, row) for row in demos]
+def turn_kind(row: dict[str, Any]) -> str:
+    """What the row's trained turn does: the name of its first tool call, or "message" for plain text."""
+    calls = row["messages"][-1].get("tool_calls") or []
+    return calls[0]["function"]["name"] if calls else "message"
+
+
+def balance_by_kind(rows: list[dict[str, Any]], seed: int) -> Dataset:
+    """Interleave the rows of each turn kind with equal probability until every kind is used up
+    (`datasets.interleave_datasets`, "all_exhausted"): rare kinds repeat, none is dropped."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        kinds.setdefault(row["kind"], []).append(row)
+    _log("turns per kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items())))
+    parts = [Dataset.from_list(kinds[k]).shuffle(seed=seed) for k in sorted(kinds)]
+    if len(parts) == 1:
+        return parts[0]
+    return interleave_datasets(parts, seed=seed, stopping_strategy="all_exhausted")
+
+
+def prepare_dataset(
+    demos: Dataset, tokenizer: Any, max_length: int | None, balance_turns: bool = False, seed: int = 0
+) -> Dataset:
+    """Tokenise demo rows for `SFTTrainer`; rows over `max_length` tokens are dropped (and counted).
+    With `balance_turns`, every kind of turn is sampled equally often (`balance_by_kind`)."""
+    rows = [tokenize_row(tokenizer, row) | {"kind": turn_kind(row)} for row in demos]
     kept = [r for r in rows if max_length is None or len(r["input_ids"]) <= max_length]
     lengths = [len(r["input_ids"]) for r in rows]
     _log(
@@ -130,7 +159,9 @@ def prepare_dataset(demos: Dataset, tokenizer: Any, max_length: int | None) -> D
             f"every demo row is longer than max_length={max_length} tokens (shortest {min(lengths)}); "
             "raise max_length or write demos with a smaller context_window"
         )
-    return Dataset.from_list(kept)
+    if balance_turns:
+        return balance_by_kind(kept, seed).remove_columns("kind")
+    return Dataset.from_list(kept).remove_columns("kind")
 
 
 def load_demos(dataset_dir: str | Path) -> Dataset:
@@ -161,7 +192,9 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     model, tokenizer = load_pretrained(
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
-    train_dataset = prepare_dataset(load_demos(script_args.dataset_dir), tokenizer, args.max_length)
+    train_dataset = prepare_dataset(
+        load_demos(script_args.dataset_dir), tokenizer, args.max_length, script_args.balance_turns, args.seed
+    )
     return SFTTrainer(
         model=model,
         args=args,
@@ -203,13 +236,16 @@ def train_sft(
     output_dir: str | Path,
     *,
     model_config: dict[str, Any] | None = None,
+    balance_turns: bool = False,
     **config: Any,
 ) -> SFTTrainer:
     """SFT from Python: `config` holds `SFTConfig` overrides (max_steps, learning_rate, max_length,
-    use_cpu, ...), `model_config` `ModelConfig` fields beyond the model (dtype, use_peft, lora_r, ...)."""
+    use_cpu, ...), `model_config` `ModelConfig` fields beyond the model (dtype, use_peft, lora_r, ...),
+    `balance_turns` as `SFTScriptArguments`."""
     args = SFTConfig(output_dir=str(output_dir), **config)
     model_args = ModelConfig(model_name_or_path=str(model_name_or_path), **(model_config or {}))
-    return run_sft(SFTScriptArguments(dataset_dir=str(dataset_dir)), args, model_args)
+    script_args = SFTScriptArguments(dataset_dir=str(dataset_dir), balance_turns=balance_turns)
+    return run_sft(script_args, args, model_args)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ scale 0.06, whose oracle episodes fit a 6000-token window of the tiny tokenizer.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,15 @@ from rl_compaction.env import EnvConfig
 from rl_compaction.models import resolve_model
 from rl_compaction.oracle import make_env
 from rl_compaction.render import chat_messages
-from rl_compaction.sft import SFTScriptArguments, build_trainer, render_turn, run_sft, tokenize_row
+from rl_compaction.sft import (
+    SFTScriptArguments,
+    build_trainer,
+    prepare_dataset,
+    render_turn,
+    run_sft,
+    tokenize_row,
+    turn_kind,
+)
 from rl_compaction.tasks import Difficulty
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny-cpu.yaml"
@@ -144,6 +153,20 @@ def test_loss_mask_covers_exactly_the_assistant_tokens(demos: Dataset, tokenizer
         assert [ids[k] for k in trained] == labels[len(prompt_ids) :]
         assert tokenizer.decode([ids[k] for k in trained], skip_special_tokens=False) == completion
         assert ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")  # the model learns to stop
+
+
+def test_balance_turns_samples_every_kind_equally_and_drops_none(demos: Dataset, tokenizer) -> None:
+    kinds = Counter(turn_kind(r) for r in demos)
+    assert len(kinds) >= 3 and len(set(kinds.values())) > 1  # reads outnumber evolve calls and answers
+    plain = prepare_dataset(demos, tokenizer, None)
+    balanced = prepare_dataset(demos, tokenizer, None, balance_turns=True, seed=0)
+    assert len(plain) == len(demos)
+    # "all_exhausted": each kind repeats until the largest is used up once
+    assert len(balanced) == len(kinds) * max(kinds.values())
+    by_ids = {tuple(r["input_ids"]): turn_kind(d) for r, d in zip(plain, demos, strict=True)}
+    seen = Counter(by_ids[tuple(r["input_ids"])] for r in balanced)
+    assert set(seen.values()) == {max(kinds.values())}
+    assert {tuple(r["input_ids"]) for r in balanced} == set(by_ids)  # every row still trained
 
 
 def main_args(tmp_path: Path, dataset_dir: Path, *extra: str):
