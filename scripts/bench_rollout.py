@@ -4,7 +4,8 @@ G episodes of one task (`probe`, the trainer's default family) run through `Tran
 on CPU, greedy, so both runs make the same turns: once in lockstep (one batched `generate` per
 turn for all running episodes, as `rollout` and the trainer do) and once sequentially (batch 1,
 episode after episode). Side by side in one run; the speed-up is sequential / lockstep wall time.
-Each run is split into the model's `generate` calls and everything else (prompt rendering and
+Each run is split into the model's work (`generate`, and the policy's prefill of a batch's shared
+start) and everything else (prompt rendering and
 tokenisation, completion parsing, env steps with their accounting), because only the first part
 can gain from batching. The plain prefill of the first turn's prompts (one forward pass, no cache)
 is timed batched and one by one as well: batching alone does not shrink its work, only the
@@ -33,16 +34,21 @@ FAMILY = "probe"
 def run(policy: TransformersPolicy, args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """Wall time of G episodes with `batch` of them generated together, and its split."""
     spent = {"generate": 0.0}
-    generate = policy.model.generate
+    # The model's work: generate, and the prefill of a batch's shared start that precedes it.
+    originals = {"generate": policy.model.generate, "prefix": policy._shared_prefix}
 
-    def timed(*a: Any, **k: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return generate(*a, **k)
-        finally:
-            spent["generate"] += time.perf_counter() - start
+    def timed(fn: Any) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent["generate"] += time.perf_counter() - start
 
-    policy.model.generate = timed
+        return call
+
+    policy.model.generate = timed(originals["generate"])
+    policy._shared_prefix = timed(originals["prefix"])
     config = EnvConfig(context_window=16_384, max_turns=args.turns, tokenizer="o200k_base")
 
     def make_env() -> CompactionEnv:
@@ -55,7 +61,7 @@ def run(policy: TransformersPolicy, args: argparse.Namespace, batch: int) -> dic
         else:
             records = [rollout(policy, [make_env()], [0])[0] for _ in range(args.group_size)]
     finally:
-        del policy.model.generate
+        del policy.model.generate, policy._shared_prefix
     wall = time.perf_counter() - start
     turns = sum(len(r.invocations) for r in records)
     tokens = sum(len(inv.completion_ids or []) for r in records for inv in r.invocations)

@@ -267,6 +267,7 @@ def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: to
         model, tokenizer, max_new_tokens=plan.new_tokens, max_batch_size=plan.group_size, device=device
     )
     policy.model.generate = timers.wrap("generate", policy.model.generate)
+    policy._shared_prefix = timers.wrap("generate", policy._shared_prefix)  # the model prefilling a shared start
     counter = ChatTemplateCounter(tokenizer)
     env_cls = prefilled_env_class()
     envs = [
