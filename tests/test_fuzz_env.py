@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from test_env import snapshot  # tests/ is on sys.path under pytest
 
 from rl_compaction.cli import main
 from rl_compaction.env import CompactionEnv, EnvConfig, InvalidAction
@@ -150,20 +151,6 @@ def junk_action(rng: random.Random) -> Any:
 
 
 # -- the env ------------------------------------------------------------------------------------
-
-
-def snapshot(env: CompactionEnv) -> tuple:
-    return (
-        json.dumps(env.state),
-        json.dumps(env.history),
-        env.turn,
-        env.output_tokens,
-        len(env.ledger.rows),
-        json.dumps(env.events),
-        len(env.state_versions),
-        env.answer,
-        env.score,
-    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
