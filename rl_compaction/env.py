@@ -314,6 +314,11 @@ class CompactionEnv(gym.Env):
         for items, n in zip((self.history, self.events, self.state_versions), lengths, strict=True):
             del items[n:]
 
+    def close(self) -> None:
+        """Release the family's resources (e.g. a simulator process); the env may be reset again afterwards."""
+        self.family.close()
+        super().close()
+
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.task is None:
             return None

@@ -153,6 +153,10 @@ class TaskFamily(ABC):
     def make(self, seed: int, split: str = "train", difficulty: Difficulty | None = None) -> Task:
         """Generate the task for `seed` in `split` (deterministic)."""
 
+    def close(self) -> None:
+        """Release what the family holds outside Python, such as a simulator process (`CompactionEnv.close`
+        calls it). A closed family may be used again and starts what it needs anew. Nothing by default."""
+
 
 @functools.cache
 def _entry_points() -> dict[str, Any]:

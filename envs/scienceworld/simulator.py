@@ -1,0 +1,188 @@
+"""One ScienceWorld simulator process (a JVM driven through py4j), shared by the tasks of one family.
+
+Why one process per family instance: `CompactionEnv` builds its own family instance, so this is
+one process per env, started on first use and reused across `reset`s (starting a JVM costs about
+a second, loading a task a fraction of that). `close` ends it; a closed simulator starts again if
+it is used again.
+
+Several tasks may share the process (the contract checker keeps a few alive at once). The world
+is seeded by its variation, so a task's world is rebuilt exactly by loading it again and replaying
+the actions it took; the simulator does that whenever another task used the process in between,
+and after a failure. Replays are checked against the recorded observations.
+
+Every failure of the simulator (a Java exception, a dead process, a diverging replay) is raised
+as `SimulatorError`, which the task turns into a tool error for the agent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_compaction.state import clip
+
+#: the actions of the first move of every episode, as ScienceWorld's own `reset` does
+FIRST_ACTION = "look around"
+
+#: gold paths by (task name, variation, simplifications). The simulator's gold agent may pick among
+#: equal containers differently on two runs; one path per task and process keeps the oracle deterministic.
+_GOLD_PATHS: dict[tuple[str, int, str], tuple[str, ...]] = {}
+
+_TASK_IDS = itertools.count(1)
+
+
+class SimulatorError(Exception):
+    """The ScienceWorld simulator failed; the message says how (it goes to the agent as a tool error)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one action did: the observation text and ScienceWorld's score (-100..100) and end flag after it."""
+
+    observation: str
+    score: int
+    completed: bool
+
+
+@dataclass
+class Episode:
+    """A task's world as the simulator must rebuild it: which task, and the actions taken with their observations."""
+
+    task_name: str
+    variation: int
+    simplifications: str = ""
+    actions: list[tuple[str, str]] = field(default_factory=list)
+    opening: str | None = None  # observation of the first move, once loaded
+    uid: int = field(default_factory=lambda: next(_TASK_IDS))
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.task_name, self.variation, self.simplifications)
+
+
+class Simulator:
+    """Lazily started ScienceWorld process; `run` and friends load the episode they serve first."""
+
+    def __init__(self) -> None:
+        self._env: Any = None  # scienceworld.ScienceWorldEnv
+        self._loaded: int | None = None  # uid of the episode whose world the process holds
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The Java process, while one runs (tests check that `close` ends it)."""
+        return None if self._env is None else self._env._gateway.java_process
+
+    def start(self) -> None:
+        if self._env is not None:
+            return
+        try:
+            from scienceworld import ScienceWorldEnv
+        except ImportError as e:
+            raise SimulatorError(
+                "the scienceworld family needs the optional extra: pip install 'rl-compaction[scienceworld]'"
+            ) from e
+        try:
+            self._env = ScienceWorldEnv("")
+        except Exception as e:  # py4j and subprocess report a missing or broken Java in several ways
+            raise SimulatorError(f"could not start the ScienceWorld simulator (Java 8+ must be on PATH): {e}") from e
+
+    def close(self) -> None:
+        """End the Java process (and wait for it); safe to call twice."""
+        env, self._env, self._loaded = self._env, None, None
+        if env is None:
+            return
+        proc = env._gateway.java_process
+        try:
+            env.close()
+        except Exception:  # a process that already died cannot be shut down politely
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    # ------------------------------------------------------------------ the episode's world
+
+    def opening(self, episode: Episode) -> tuple[str, str]:
+        """(task description, observation of the first move) of `episode`'s world."""
+        self._ensure(episode)
+        return self._call(self._env.server.freeActionTaskDesc), episode.opening
+
+    def variations(self, task_name: str, split: str) -> tuple[int, ...]:
+        """ScienceWorld's own variation indices of `task_name` in its split "Train", "Dev" or "Test"."""
+        self.start()
+        self._loaded = None  # the split lists are read from a loaded task
+        error = self._call(self._env.server.load, task_name, 0, "", False)
+        if error:
+            raise SimulatorError(f"ScienceWorld could not load {task_name!r}: {clip(error, 300)}")
+        return tuple(int(v) for v in self._call(getattr(self._env.server, f"getVariations{split}")))
+
+    def gold_path(self, episode: Episode) -> tuple[str, ...]:
+        """The simulator's gold action sequence for the episode's task (generated once per process)."""
+        if episode.key not in _GOLD_PATHS:
+            self._load(episode, gold=True)
+            _GOLD_PATHS[episode.key] = tuple(self._call(self._env.server.getGoldActionSequence))
+        return _GOLD_PATHS[episode.key]
+
+    def step(self, episode: Episode, action: str) -> Outcome:
+        """Take one action in the episode's world and record it for replays."""
+        self._ensure(episode)
+        outcome = self._step(action)
+        episode.actions.append((action, outcome.observation))
+        return outcome
+
+    def look(self, episode: Episode) -> str:
+        """The room the agent is in (no time passes)."""
+        self._ensure(episode)
+        return self._call(self._env.server.freeActionLook)
+
+    def inventory(self, episode: Episode) -> str:
+        """What the agent carries (no time passes)."""
+        self._ensure(episode)
+        return self._call(self._env.server.freeActionInventory)
+
+    def task_description(self, episode: Episode) -> str:
+        self._ensure(episode)
+        return self._call(self._env.server.freeActionTaskDesc)
+
+    # ------------------------------------------------------------------ internals
+
+    def _ensure(self, episode: Episode) -> None:
+        if self._env is None or self._loaded != episode.uid:
+            self._load(episode, gold=False)
+
+    def _load(self, episode: Episode, gold: bool) -> None:
+        """Load the episode's task (optionally generating the gold path), take the first move and
+        replay its actions, checking that each gives the observation recorded."""
+        self.start()
+        self._loaded = None
+        error = self._call(self._env.server.load, episode.task_name, episode.variation, episode.simplifications, gold)
+        if error:
+            raise SimulatorError(f"ScienceWorld could not load {episode.task_name!r}: {clip(error, 300)}")
+        episode.opening = self._step(FIRST_ACTION).observation
+        for action, observation in episode.actions:
+            if self._step(action).observation != observation:
+                raise SimulatorError(f"replaying the episode diverged at {action!r}; the world cannot be rebuilt")
+        self._loaded = episode.uid
+
+    def _step(self, action: str) -> Outcome:
+        server = self._env.server
+        observation = self._call(server.step, action)
+        return Outcome(observation, round(100 * self._call(server.getScore)), bool(self._call(server.getCompleted)))
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Call the Java side; any failure becomes SimulatorError, and a dead process is closed so
+        that the next call starts a fresh one (which replays the episode)."""
+        from py4j.protocol import Py4JError, Py4JJavaError
+
+        try:
+            return fn(*args)
+        except Py4JJavaError as e:
+            self._loaded = None  # the world may be half-changed: rebuild it on the next call
+            raise SimulatorError(f"the simulator raised {clip(str(e.java_exception), 300)}") from e
+        except (Py4JError, OSError) as e:
+            self.close()
+            raise SimulatorError(f"the simulator stopped ({clip(str(e), 200)}); the next call restarts it") from e

@@ -1,0 +1,225 @@
+"""The scienceworld family: ScienceWorld's own simulator behind the task contract.
+
+Short task types and the toy scale keep this file to a few seconds of simulation; one Java process
+serves most tests (the module's family), others start their own to watch it end.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
+from envs.scienceworld.oracle import BOX_MOVE, END_MARK, PLANE_FOCUS, STATUS_MARK
+from envs.scienceworld.simulator import Episode
+from rl_compaction.demos import write_demos
+from rl_compaction.env import CompactionEnv, EnvConfig
+from rl_compaction.oracle import run_oracle_episode
+from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family
+
+TOY = Difficulty(scale=0.06, level=1)  # an act output shows the room only every 17th action
+UNLIMITED = EnvConfig(context_window=10**6, compaction_request="")
+
+
+def seed_of(task_type: str, level: int = 1) -> int:
+    """The first seed of each split that plays `task_type` at `level`."""
+    return LEVELS[level].index(task_type)
+
+
+@pytest.fixture(scope="module")
+def family():
+    family = ScienceWorldFamily()
+    yield family
+    family.close()
+
+
+def env_on(family: ScienceWorldFamily, difficulty: Difficulty = TOY, config: EnvConfig = UNLIMITED) -> CompactionEnv:
+    return CompactionEnv(family, split="test", difficulty=difficulty, config=config)
+
+
+def evolve(code: str) -> list[dict]:
+    return [{"type": "function_call", "call_id": "t_evolve", "name": "evolve", "arguments": json.dumps({"code": code})}]
+
+
+def drop_outputs(pattern: str) -> list[dict]:
+    """An evolve turn that removes every tool call whose output matches `pattern`, with its output."""
+    return evolve(f'return state.filter((x, i) => !/{pattern}/.test(x.output ?? state[i + 1]?.output ?? ""));')
+
+
+def play(env: CompactionEnv, oracle, obs: dict) -> dict:
+    while True:
+        obs, _, terminated, truncated, info = env.step(oracle.act(obs["state"]))
+        if terminated or truncated:
+            return info
+
+
+def test_the_family_is_registered_and_splits_are_scienceworlds_own(family):
+    assert isinstance(get_family("scienceworld"), ScienceWorldFamily)
+    for task_type in ("use-thermometer", "find-animal", "inclined-plane-determine-angle"):
+        splits = {split: set(family.variations(task_type, split)) for split in SPLITS}
+        assert all(splits.values())
+        assert not splits["train"] & splits["validation"] and not splits["train"] & splits["test"]
+        assert not splits["validation"] & splits["test"]
+    n = len(LEVELS[1])
+    first, wrapped = family.make(0, "test", TOY), family.make(n, "test", TOY)
+    assert first.episode.task_name == wrapped.episode.task_name == LEVELS[1][0]
+    assert first.episode.variation in family.variations(LEVELS[1][0], "test")
+    assert wrapped.episode.variation != first.episode.variation  # seed n plays the type's next variation
+    assert family.make(1, "validation", TOY).episode.task_name == LEVELS[1][1]
+    with pytest.raises(ValueError, match="unknown split"):
+        family.make(0, "dev")
+    with pytest.raises(ValueError, match="non-negative"):
+        family.make(-1)
+    with pytest.raises(ValueError, match="unknown task type"):
+        family.variations("mendelian-genetics-known-plant", "test")
+
+
+def test_tools_observations_and_the_room_view_cadence(family):
+    task = family.make(seed_of("use-thermometer"), "test", Difficulty(scale=0.5, level=1))
+    opening = task.initial_state()[0]["content"]
+    assert "Your task is to measure the temperature" in opening and "This room is called" in opening
+    assert [t["name"] for t in task.tools()] == ["act", "look", "inventory", "task"]
+    assert task.call_tool("look", {}).startswith("This room is called")
+    assert "In your inventory" in task.call_tool("inventory", {})
+    assert "Your task is" in task.call_tool("task", {})
+    outputs = [task.call_tool("act", {"action": a}) for a in ("look around", "wait1", "wait1", "wait1")]
+    assert [STATUS_MARK in out for out in outputs] == [False, True, False, True]  # scale 0.5: every 2nd action
+    assert task.score("") == 0.0
+
+
+@pytest.mark.parametrize(
+    "name, arguments, message",
+    [
+        ("act", {}, "missing required argument 'action'"),
+        ("act", {"action": 3}, "must be a string"),
+        ("act", {"action": "  "}, "is empty"),
+        ("act", {"action": "x" * (MAX_ACTION_CHARS + 1)}, "at most"),
+        ("act", {"action": "look around", "why": "x"}, "unexpected argument"),
+        ("look", {"room": "kitchen"}, "unexpected argument"),
+        ("teleport", {}, "unknown tool"),
+    ],
+)
+def test_bad_calls_are_tool_errors(family, name, arguments, message):
+    with pytest.raises(ToolError, match=message):
+        family.make(0, "test", TOY).call_tool(name, arguments)
+
+
+def test_tasks_sharing_the_process_each_keep_their_world(family):
+    a, b = family.make(0, "test", TOY), family.make(0, "test", TOY)
+    door = next(x for x in a.oracle().plan if x.startswith("open door"))
+    assert "now open" in a.call_tool("act", {"action": door})
+    assert "now open" in b.call_tool("act", {"action": door})  # b's world was loaded fresh
+    assert "already open" in a.call_tool("act", {"action": door})  # a's world was rebuilt by replay
+
+
+def test_simulator_errors_become_tool_errors(family):
+    broken = ScienceWorldTask(family._sim, Episode("boil", -1), view_every=1)
+    with pytest.raises(ToolError, match="the simulator raised java.lang.ArrayIndexOutOfBounds"):
+        broken.call_tool("look", {})
+    with pytest.raises(ToolError, match="could not load"):
+        ScienceWorldTask(family._sim, Episode("boil", 10**6), view_every=1).call_tool("look", {})
+
+    task = family.make(0, "test", TOY)
+    door = next(x for x in task.oracle().plan if x.startswith("open door"))
+    task.call_tool("act", {"action": door})
+    family.process.kill()
+    family.process.wait()
+    with pytest.raises(ToolError, match="the simulator stopped"):
+        task.call_tool("act", {"action": "look around"})
+    assert "already open" in task.call_tool("act", {"action": door})  # a new process, the world replayed
+
+
+def test_a_wrong_focus_ends_the_task_at_score_zero(family):
+    task = family.make(seed_of("lifespan-longest-lived"), "test", TOY)
+    out = task.call_tool("act", {"action": "focus on agent"})
+    assert END_MARK in out and task.over and task.score("") == 0.0
+    with pytest.raises(ToolError, match="the task is over"):
+        task.call_tool("act", {"action": "look around"})
+
+
+def test_the_oracle_solves_short_tasks_with_scienceworlds_full_score(family):
+    env = env_on(family)
+    for task_type in ("lifespan-longest-lived", "find-animal", "use-thermometer"):
+        info = run_oracle_episode(env, seed_of(task_type))
+        assert info["success"] and info["score"] == 1.0, (task_type, info["answer"])
+
+
+def test_the_oracle_looks_again_when_compaction_dropped_the_room(family):
+    env = env_on(family)
+    obs, _ = env.reset(seed=seed_of("find-animal"))
+    oracle = env.task.oracle()
+    while not oracle.plan[oracle.next].startswith("focus on"):
+        obs, *_ = env.step(oracle.act(obs["state"]))
+    obs, *_ = env.step(drop_outputs("is called the"))
+    assert not any("is called the" in str(x.get("output", "")) for x in obs["state"])
+    turn = oracle.act(obs["state"])
+    assert turn[0]["name"] == "look"  # the found animal must be seen again before focusing on it
+    obs, *_ = env.step(turn)
+    assert play(env, oracle, obs)["success"]
+
+
+def test_the_oracle_measures_again_when_compaction_dropped_the_reading(family):
+    env = env_on(family)
+    obs, _ = env.reset(seed=seed_of("use-thermometer"))
+    oracle = env.task.oracle()
+    while not BOX_MOVE.match(oracle.plan[oracle.next]):
+        obs, *_ = env.step(oracle.act(obs["state"]))
+    obs, *_ = env.step(drop_outputs("measures a temperature"))
+    turn = oracle.act(obs["state"])
+    assert json.loads(turn[0]["arguments"])["action"].startswith("use thermometer")  # not the box yet
+    obs, *_ = env.step(turn)
+    assert play(env, oracle, obs)["success"]
+
+
+def test_the_oracle_gives_up_when_a_stopwatch_reading_is_gone(family):
+    env = env_on(family, Difficulty(scale=0.06, level=2))
+    obs, _ = env.reset(seed=seed_of("inclined-plane-determine-angle", level=2))
+    oracle = env.task.oracle()
+    while not PLANE_FOCUS.match(oracle.plan[oracle.next]):
+        obs, *_ = env.step(oracle.act(obs["state"]))
+    obs, *_ = env.step(drop_outputs("The time reads"))
+    info = play(env, oracle, obs)
+    assert not info["success"] and info["answer"].startswith("gave up: a stopwatch reading")
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_the_oracles_own_compaction_keeps_the_readings(family, lossy):
+    config = EnvConfig(context_window=6000)
+    env = env_on(family, Difficulty(scale=0.25, level=2), config)
+    info = run_oracle_episode(env, seed_of("inclined-plane-determine-angle", level=2), use_evolve=True, lossy=lossy)
+    assert info["ledger"]["compactions"] >= 1
+    assert info["success"] is not lossy  # the lossy edit drops every tool output, readings included
+
+
+def test_demos_from_the_oracle(family, tmp_path):
+    dataset = write_demos(
+        tmp_path, ["scienceworld"], 2, ["evolve", "none"], split="train", scale=0.06, level=1, context_window=4000
+    )
+    summary = json.loads((tmp_path / "demos_summary.json").read_text())
+    assert summary["successful_episodes"] >= 1 and len(dataset) == summary["rows"] > 0
+    assert set(dataset["family"]) == {"scienceworld"}
+
+
+def test_env_close_ends_the_java_process():
+    env = CompactionEnv("scienceworld", split="test", difficulty=TOY)
+    env.reset(seed=0)
+    process = env.family.process
+    assert process.poll() is None
+    env.close()
+    assert process.poll() is not None and env.family.process is None
+    env.reset(seed=0)  # a closed family starts a new process when used again
+    assert env.family.process.poll() is None
+    env.close()
+    env.close()  # twice is fine
+    CompactionEnv("vault").close()  # a family without outside resources closes as a no-op
+
+
+def test_a_dropped_family_ends_its_java_process():
+    family = ScienceWorldFamily()
+    family.make(0, "test", TOY).initial_state()
+    process = family.process
+    del family
+    gc.collect()
+    assert process.wait(timeout=30) is not None
