@@ -168,9 +168,12 @@ class ScienceWorldTask(Task):
         outcome = self._simulate(self._sim.step, action)
         self.sw_score, self.over = outcome.score, outcome.completed or outcome.score < 0
         text = outcome.observation.strip()
-        if len(self.episode.actions) % self.view_every == 0:
-            look, inventory = self._simulate(self._sim.look), self._simulate(self._sim.inventory)
-            text += f"\n\n{STATUS_MARK}\n{look.strip()}\n{inventory.strip()}"
+        if self.episode.moves % self.view_every == 0:
+            try:  # the action has happened: a failing view must not make it look as if it had not
+                view = f"{self._sim.look(self.episode).strip()}\n{self._sim.inventory(self.episode).strip()}"
+            except SimulatorError as e:
+                view = f"(no view: {e})"
+            text += f"\n\n{STATUS_MARK}\n{view}"
         if self.over:
             text += "\n\n" + end_notice(self.sw_score)
         return text

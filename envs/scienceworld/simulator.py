@@ -6,9 +6,12 @@ a second, loading a task a fraction of that). `close` ends it; a closed simulato
 it is used again.
 
 Several tasks may share the process (the contract checker keeps a few alive at once). The world
-is seeded by its variation, so a task's world is rebuilt exactly by loading it again and replaying
-the actions it took; the simulator does that whenever another task used the process in between,
-and after a failure. Replays are checked against the recorded observations.
+is seeded by its variation, so a task's world is rebuilt by loading it again and replaying every
+call it made, in order (the free look and inventory too); the simulator does that whenever another
+task used the process in between, and after a failure. ScienceWorld is not exactly deterministic:
+the order in which it goes through objects can change between runs, so a room may list the same
+objects in another order and, rarely, a temperature comes out a degree apart. A replay is therefore
+checked against the recorded outputs line by line in any order, and a real difference is an error.
 
 Every failure of the simulator (a Java exception, a dead process, a diverging replay) is raised
 as `SimulatorError`, which the task turns into a tool error for the agent.
@@ -48,22 +51,28 @@ class Outcome:
 
 @dataclass
 class Episode:
-    """A task's world as the simulator must rebuild it: which task, and the actions taken with their observations."""
+    """A task's world as the simulator must rebuild it: which task, and every call made in it with its output."""
 
     task_name: str
     variation: int
     simplifications: str = ""
-    actions: list[tuple[str, str]] = field(default_factory=list)
-    opening: str | None = None  # observation of the first move, once loaded
+    #: (call, action, output), call being "step", "look" or "inventory"
+    log: list[tuple[str, str, str]] = field(default_factory=list)
+    opening: str = ""  # observation of the first move, set by the first load
     uid: int = field(default_factory=lambda: next(_TASK_IDS))
 
     @property
     def key(self) -> tuple[str, int, str]:
         return (self.task_name, self.variation, self.simplifications)
 
+    @property
+    def moves(self) -> int:
+        """Actions taken so far (free looks and inventories not counted)."""
+        return sum(call == "step" for call, _, _ in self.log)
+
 
 class Simulator:
-    """Lazily started ScienceWorld process; `run` and friends load the episode they serve first."""
+    """A lazily started ScienceWorld process; every method that reads or changes a task's world loads it first."""
 
     def __init__(self) -> None:
         self._env: Any = None  # scienceworld.ScienceWorldEnv
@@ -131,18 +140,18 @@ class Simulator:
         """Take one action in the episode's world and record it for replays."""
         self._ensure(episode)
         outcome = self._step(action)
-        episode.actions.append((action, outcome.observation))
+        episode.log.append(("step", action, outcome.observation))
         return outcome
 
     def look(self, episode: Episode) -> str:
-        """The room the agent is in (no time passes)."""
+        """The room the agent is in (no time passes; recorded for replays, see the module docstring)."""
         self._ensure(episode)
-        return self._call(self._env.server.freeActionLook)
+        return self._free(episode, "look")
 
     def inventory(self, episode: Episode) -> str:
-        """What the agent carries (no time passes)."""
+        """What the agent carries (no time passes; recorded for replays)."""
         self._ensure(episode)
-        return self._call(self._env.server.freeActionInventory)
+        return self._free(episode, "inventory")
 
     def task_description(self, episode: Episode) -> str:
         self._ensure(episode)
@@ -156,17 +165,27 @@ class Simulator:
 
     def _load(self, episode: Episode, gold: bool) -> None:
         """Load the episode's task (optionally generating the gold path), take the first move and
-        replay its actions, checking that each gives the observation recorded."""
+        replay its calls, checking that each gives the output recorded."""
         self.start()
         self._loaded = None
         error = self._call(self._env.server.load, episode.task_name, episode.variation, episode.simplifications, gold)
         if error:
             raise SimulatorError(f"ScienceWorld could not load {episode.task_name!r}: {clip(error, 300)}")
         episode.opening = self._step(FIRST_ACTION).observation
-        for action, observation in episode.actions:
-            if self._step(action).observation != observation:
-                raise SimulatorError(f"replaying the episode diverged at {action!r}; the world cannot be rebuilt")
+        for call, action, output in episode.log:
+            again = self._step(action).observation if call == "step" else self._free_call(call)
+            if sorted(again.splitlines()) != sorted(output.splitlines()):
+                raise SimulatorError(f"replaying the episode diverged at {call} {action!r}; cannot rebuild the world")
         self._loaded = episode.uid
+
+    def _free(self, episode: Episode, call: str) -> str:
+        output = self._free_call(call)
+        episode.log.append((call, "", output))
+        return output
+
+    def _free_call(self, call: str) -> str:
+        server = self._env.server
+        return self._call({"look": server.freeActionLook, "inventory": server.freeActionInventory}[call])
 
     def _step(self, action: str) -> Outcome:
         server = self._env.server
