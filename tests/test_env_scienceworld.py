@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 
 import pytest
 
 from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
 from envs.scienceworld.oracle import BOX_MOVE, END_MARK, PLANE_FOCUS, STATUS_MARK
-from envs.scienceworld.simulator import Episode
+from envs.scienceworld.simulator import Episode, SimulatorError
 from rl_compaction.demos import write_demos
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.oracle import run_oracle_episode
@@ -238,3 +239,9 @@ def test_a_dropped_family_ends_its_java_process():
     del family
     gc.collect()
     assert process.wait(timeout=30) is not None
+
+
+def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scienceworld", None)  # as if the package were not installed
+    with pytest.raises(SimulatorError, match=r"pip install 'rl-compaction\[scienceworld\]'"):
+        ScienceWorldFamily().make(0, "test", TOY).initial_state()  # the first to need the simulator starts it
