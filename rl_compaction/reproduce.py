@@ -186,7 +186,9 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
         if name == learned:
             continue
         olo, ohi = row["success_ci95"]
-        if lo > ohi:
+        if me["success_rate"] == 0 and row["success_rate"] == 0:
+            outcome = "neither succeeds, so cost says nothing"
+        elif lo > ohi:
             outcome = "beaten on success beyond the 95% intervals"
         elif hi < olo:
             outcome = "better on success than the learned policy"
@@ -239,6 +241,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         "use_cpu": True,
         "save_strategy": "no",
         "report_to": "none",
+        "bf16": False,  # fp32 on CPU, as in GRPO (TRL turns bf16 on by default)
         "activation_checkpointing": False,
         **config.sft,
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
@@ -12,6 +14,8 @@ from rl_compaction.oracle import evolve_options, make_env, run_oracle_episode
 from rl_compaction.tasks import Difficulty
 
 TOY = Difficulty(scale=0.2, level=1)
+#: a note line of a page, as json.dumps writes it inside a tool output
+NOTE_LINE = re.compile(r'note: vault \d+ opens with the word \\"\w+\\"\.')
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +92,19 @@ def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
             {"type": "function_call_output", "call_id": f"c{i}", "output": page},
         ]
     assert read_key(state)[1] == task._key
+
+
+def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str):
+    """The key must be copied from the note: no key word may sit anywhere else in what the model
+    reads (instructions, the harness's system text, tools, pages, receipts), or a model could answer
+    with it without carrying the note through its edits."""
+    import json
+
+    config = EnvConfig(context_window=9000, compaction_threshold=6000, tokenizer=tiny_counter)
+    env = make_env("vault", split="validation", strategy="evolve", config=config, difficulty=Difficulty(0.2, 3))
+    info = run_oracle_episode(env, 4, **evolve_options("evolve"))
+    assert info["success"]
+    seen = [i for i in env.history if not (i.get("type") == "function_call" and i.get("name") == "submit")]
+    text = NOTE_LINE.sub("", "\n".join([env.instructions, json.dumps(env.tools), json.dumps(seen)]))
+    for word in KEY_WORDS:
+        assert not re.search(rf"\b{word}\b", text), word

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rl_compaction.quickstart import run_quickstart
-from rl_compaction.reproduce import ReproduceConfig
+from rl_compaction.reproduce import ReproduceConfig, verdict
 
 
 def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
@@ -53,3 +53,21 @@ def test_reproduce_config_rejects_unknown_fields(tmp_path):
     assert config.sft == {"max_steps": 3, "learning_rate": 0.01}  # overrides update the file's settings
     with pytest.raises(ValueError, match="unknown override\\(s\\) window"):
         ReproduceConfig.from_yaml(path, window=3)
+
+
+def _row(success: float, cost: float, ci: tuple[float, float]) -> dict:
+    return {"success_rate": success, "mean_cost": cost, "success_ci95": list(ci)}
+
+
+def test_the_verdict_compares_cost_only_where_a_row_succeeds():
+    rows = {
+        "learned": _row(0.0, 1000.0, (0.0, 0.11)),
+        "sft": _row(0.0, 5000.0, (0.0, 0.11)),
+        "oracle@none": _row(0.05, 2000.0, (0.01, 0.2)),
+        "unlimited": _row(1.0, 9000.0, (0.89, 1.0)),
+    }
+    lines = verdict(rows, "learned", "sft", "unlimited")
+    assert "neither succeeds" in lines[1] and "0.20x" not in lines[1]
+    assert "costs 0.50x" in lines[2]  # overlapping intervals, a cheaper learned row
+    assert "better on success than the learned policy" in lines[3]
+    assert "not met: success 0% vs 100%" in lines[4]

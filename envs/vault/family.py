@@ -35,8 +35,10 @@ from rl_compaction.tasks import (
     split_seed,
 )
 
-#: key words: one token each in the tiny tokenizer, and absent from the harness's own text
-KEY_WORDS = ("years", "invoice", "account", "amount", "record", "query", "after", "know")
+#: key words: one token each in the tiny tokenizer, and absent from everything else a model sees
+#: (instructions, the harness's system text and tools, receipts, filler), so the note is the only
+#: place a key word can be copied from (a test checks)
+KEY_WORDS = ("years", "invoice", "record", "know", "paid", "agent", "loop", "come")
 DIRECTIONS = ("left", "right")
 #: vault numbers are the split-specific entities (n % 3 names the split), written with the same digits
 #: in every split, so a model meets no unseen token on held-out tasks; the key words and numbers are
@@ -57,7 +59,7 @@ END_TEXT = "END of the log."
 INSTRUCTIONS = """\
 Read the vault log page by page with read() until it returns END, then call submit with the \
 vault's key: its key word, then (if the log gives them) its dial number and its turn direction, \
-separated by single spaces, e.g. "amount 7 left". Notes about other vaults do not count."""
+separated by single spaces, e.g. "silver 7 left". Notes about other vaults do not count."""
 
 
 @dataclass(frozen=True)
