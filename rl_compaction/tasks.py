@@ -156,6 +156,7 @@ class TaskFamily(ABC):
     def close(self) -> None:
         """Release what the family holds outside Python, such as a simulator process (`CompactionEnv.close`
         calls it). A closed family may be used again and starts what it needs anew. Nothing by default."""
+        return None
 
 
 @functools.cache

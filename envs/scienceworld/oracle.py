@@ -6,8 +6,9 @@ observation is checked against the State as it is now:
 
 - `focus on X` and `pick up X` (a found object): X must show in the newest view of the room still
   in the State (a `look`, a "look around", or the view an act output carries) or in what the actions
-  since then printed. If it does not, the oracle looks (no time passes), then checks the inventory,
-  then gives up (submits with the partial score).
+  since then printed. If it does not, the oracle looks (no time passes), then asks ScienceWorld which
+  objects can be named here (`objects`, which knows its aliases), then checks the inventory, then
+  gives up (submits with the partial score).
 - The deciding step of three kinds of task:
   - use-thermometer: the box follows from the newest thermometer reading in the State against the
     task's threshold; a reading compaction removed is measured again.
