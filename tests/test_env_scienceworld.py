@@ -245,3 +245,11 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "scienceworld", None)  # as if the package were not installed
     with pytest.raises(SimulatorError, match=r"pip install 'rl-compaction\[scienceworld\]'"):
         ScienceWorldFamily().make(0, "test", TOY).initial_state()  # the first to need the simulator starts it
+
+
+# scienceworld's own ScienceWorldEnv.__del__ fails on the half-built env a missing Java leaves behind
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_without_java_the_error_says_so(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SimulatorError, match=r"Java 8\+ must be on PATH"):
+        ScienceWorldFamily().make(0, "test", TOY).initial_state()

@@ -26,7 +26,7 @@ from typing import Any
 
 from rl_compaction.state import clip
 
-#: the actions of the first move of every episode, as ScienceWorld's own `reset` does
+#: the first move of every episode, as ScienceWorld's own `reset` makes it
 FIRST_ACTION = "look around"
 
 #: gold paths by (task name, variation, simplifications). The simulator's gold agent may pick among
@@ -84,6 +84,7 @@ class Simulator:
         return None if self._env is None else self._env._gateway.java_process
 
     def start(self) -> None:
+        """Start the Java process unless one runs; a missing extra or Java is a SimulatorError saying so."""
         if self._env is not None:
             return
         try:
