@@ -304,14 +304,18 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                 for start in range(0, len(todo), config.batch_size):
                     batch = todo[start : start + config.batch_size]
                     envs = make_envs(config, strategy, policy, len(batch))
-                    new = rollout(
-                        policy,
-                        envs,
-                        batch,
-                        episode_ids=[0] * len(batch),
-                        settings={**settings, "strategy": strategy},
-                        on_step=bar.update,
-                    )
+                    try:
+                        new = rollout(
+                            policy,
+                            envs,
+                            batch,
+                            episode_ids=[0] * len(batch),
+                            settings={**settings, "strategy": strategy},
+                            on_step=bar.update,
+                        )
+                    finally:  # ends what a family holds per env (scienceworld: a simulator process)
+                        for env in envs:
+                            env.close()
                     write_jsonl(episodes_path, new)
                     records.extend(new)
             if isinstance(policy, Policy):

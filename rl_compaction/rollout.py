@@ -160,7 +160,11 @@ def run_group(
 ) -> list[EpisodeRecord]:
     """G episodes of the same task instance, batched: the GRPO group."""
     envs = [make_env() for _ in range(group_size)]
-    return rollout(policy, envs, [seed] * group_size, episode_ids=list(range(group_size)), settings=settings)
+    try:
+        return rollout(policy, envs, [seed] * group_size, episode_ids=list(range(group_size)), settings=settings)
+    finally:
+        for env in envs:
+            env.close()
 
 
 def write_jsonl(path: str | Path, records: list[EpisodeRecord]) -> None:

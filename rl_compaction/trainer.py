@@ -248,13 +248,17 @@ class CompactionGRPOTrainer(GRPOTrainer):
         args: CompactionGRPOConfig = self.args
         split = "train" if mode == "train" else "validation"
         envs = self._make_envs(inputs, split)
-        records = rollout(
-            TRLGenerationPolicy(self),
-            envs,
-            [int(x["task_seed"]) for x in inputs],
-            settings={"mode": mode, "step": self.state.global_step},
-            any_active=self._any_active,
-        )
+        try:
+            records = rollout(
+                TRLGenerationPolicy(self),
+                envs,
+                [int(x["task_seed"]) for x in inputs],
+                settings={"mode": mode, "step": self.state.global_step},
+                any_active=self._any_active,
+            )
+        finally:  # a family may hold outside resources per env (scienceworld: a simulator process)
+            for env in envs:
+                env.close()
         self.last_records = records
         rewards = [self.reward_fn(r) for r in records]
 

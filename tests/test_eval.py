@@ -178,3 +178,13 @@ def test_a_lone_surrogate_in_raw_model_output_is_written_and_read_back_exactly(t
     path = tmp_path / "e.jsonl"
     write_jsonl(path, [record])
     assert [r.invocations[0].text for r in read_jsonl(path)] == ["half an emoji \ud83d, a \\ and \udc00"]
+
+
+def test_eval_closes_every_env_it_made(tmp_path: Path, monkeypatch):
+    """A family may hold a process per env (scienceworld's simulator): eval must end each one."""
+    from rl_compaction.env import CompactionEnv
+
+    closed: list[int] = []
+    monkeypatch.setattr(CompactionEnv, "close", lambda self: closed.append(id(self)))
+    run_eval(EvalConfig(policies=["oracle@none"], episodes=3, batch_size=2, output_dir=str(tmp_path), **SMALL))
+    assert len(set(closed)) == 3
