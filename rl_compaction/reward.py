@@ -5,12 +5,16 @@
            - evolve_failure_penalty * min(evolve failures, penalty_cap)
            - malformed_call_penalty * min(malformed calls, penalty_cap)
            - window_penalty * [episode ended at the context window]
+           - limit_penalty * [episode ended at the turn, output or time limit]
 
 Why these defaults: rewarding a shorter context alone teaches destructive forgetting (drop
 everything, fail cheaply), so success must dominate. The cost term is capped at 0.2 and the
 penalties of a solved episode at 0.2 + 0.1 (the window penalty only hits unsolved ones), so a
 solved episode earns at least 1 + 0.5 - 0.5 = 1.0, more than any unsolved one (score < 1, no
 bonus); among solved episodes the cheaper, cleaner one wins, and partial credit still counts.
+The limit penalty matches the window penalty so that stalling until the turn limit is no escape
+from it: without it, GRPO from a start that failed at the window learned to stop reading and idle
+until `max_turns`, which raised its reward from -0.26 to -0.003 with no success at all.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class RewardConfig:
     evolve_failure_penalty: per rejected evolve call; malformed_call_penalty: per tool call with an
         unknown tool or bad arguments; both count at most `penalty_cap` events.
     window_penalty: once, when the episode hit the context window.
+    limit_penalty: once, when it hit the turn, output-token or wall-time limit without submitting.
     """
 
     score_weight: float = 1.0
@@ -38,6 +43,7 @@ class RewardConfig:
     malformed_call_penalty: float = 0.025
     penalty_cap: int = 4
     window_penalty: float = 0.2
+    limit_penalty: float = 0.2
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -45,6 +51,10 @@ class RewardConfig:
                 raise ValueError(f"reward weight {name} must be >= 0, got {value}")
         if self.cost_scale <= 0:
             raise ValueError("cost_scale must be > 0")
+
+
+#: the env's truncation reasons other than the context window (`CompactionEnv.summary()`)
+LIMIT_REASONS = ("max_turns", "max_output_tokens", "max_wall_s")
 
 
 def malformed_calls(info: dict[str, Any]) -> int:
@@ -63,6 +73,7 @@ def episode_reward(info: dict[str, Any], config: RewardConfig | None = None) -> 
         "evolve_failures": -c.evolve_failure_penalty * min(ledger["evolve_failures"], c.penalty_cap),
         "malformed_calls": -c.malformed_call_penalty * min(malformed_calls(info), c.penalty_cap),
         "context_window": -c.window_penalty * (info.get("truncated_reason") == "context_window"),
+        "limits": -c.limit_penalty * (info.get("truncated_reason") in LIMIT_REASONS),
     }
     terms["reward"] = sum(terms.values())
     return terms

@@ -73,6 +73,9 @@ class CompactionGRPOConfig(GRPOConfig):
     reward_evolve_failure_penalty: float = field(default=0.05, metadata={"help": "Per rejected evolve call."})
     reward_malformed_call_penalty: float = field(default=0.025, metadata={"help": "Per malformed tool call."})
     reward_window_penalty: float = field(default=0.2, metadata={"help": "When the context window was hit."})
+    reward_limit_penalty: float = field(
+        default=0.2, metadata={"help": "When the turn, output or time limit ended the episode unsubmitted."}
+    )
     log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
 
     def __post_init__(self) -> None:
@@ -125,6 +128,7 @@ class CompactionGRPOConfig(GRPOConfig):
             evolve_failure_penalty=self.reward_evolve_failure_penalty,
             malformed_call_penalty=self.reward_malformed_call_penalty,
             window_penalty=self.reward_window_penalty,
+            limit_penalty=self.reward_limit_penalty,
         )
 
     def env_config(self) -> EnvConfig:

@@ -104,9 +104,14 @@ def test_reward_components_and_success_dominates():
             "evolve_failures": -0.05,
             "malformed_calls": -0.025,
             "context_window": -0.2,
+            "limits": 0.0,
             "reward": 0.125,
         }
     )
+    # idling until the turn limit costs what hitting the window costs: no escape by stalling
+    stalled = episode_reward(_info(0.0, False, cost=0, truncated="max_turns"), c)
+    at_window = episode_reward(_info(0.0, False, cost=0, truncated="context_window"), c)
+    assert stalled["limits"] == pytest.approx(-0.2) and stalled["reward"] == pytest.approx(at_window["reward"])
     with pytest.raises(ValueError, match="must be >= 0"):
         RewardConfig(cost_weight=-1)
 
