@@ -24,7 +24,7 @@ from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConf
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
 from rl_compaction.reports import progress_bar, render_table, wilson_interval
-from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
+from rl_compaction.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
 from rl_compaction.state import clip
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
 from rl_compaction.tasks import Difficulty
@@ -303,8 +303,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
             with progress_bar(len(todo), label) as bar:
                 for start in range(0, len(todo), config.batch_size):
                     batch = todo[start : start + config.batch_size]
-                    envs = make_envs(config, strategy, policy, len(batch))
-                    try:
+                    with closing_envs(make_envs(config, strategy, policy, len(batch))) as envs:
                         new = rollout(
                             policy,
                             envs,
@@ -313,9 +312,6 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                             settings={**settings, "strategy": strategy},
                             on_step=bar.update,
                         )
-                    finally:  # ends what a family holds per env (scienceworld: a simulator process)
-                        for env in envs:
-                            env.close()
                     write_jsonl(episodes_path, new)
                     records.extend(new)
             if isinstance(policy, Policy):

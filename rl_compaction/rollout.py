@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,17 @@ def _record_turn(record: EpisodeRecord, turn_no: int, turn: Turn) -> None:
     )
 
 
+@contextmanager
+def closing_envs(envs: list[CompactionEnv]) -> Iterator[list[CompactionEnv]]:
+    """Close every env on the way out, whatever happens: a family may hold an outside resource per
+    env (scienceworld: a simulator process)."""
+    try:
+        yield envs
+    finally:
+        for env in envs:
+            env.close()
+
+
 def rollout(
     policy: Policy | ScriptedPolicy,
     envs: list[CompactionEnv],
@@ -159,12 +171,8 @@ def run_group(
     settings: dict[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
     """G episodes of the same task instance, batched: the GRPO group."""
-    envs = [make_env() for _ in range(group_size)]
-    try:
+    with closing_envs([make_env() for _ in range(group_size)]) as envs:
         return rollout(policy, envs, [seed] * group_size, episode_ids=list(range(group_size)), settings=settings)
-    finally:
-        for env in envs:
-            env.close()
 
 
 def write_jsonl(path: str | Path, records: list[EpisodeRecord]) -> None:

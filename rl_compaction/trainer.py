@@ -39,7 +39,7 @@ from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 from rl_compaction.reward import RewardConfig, episode_reward
-from rl_compaction.rollout import EpisodeRecord, rollout
+from rl_compaction.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.segments import Segment, build_segments
 from rl_compaction.tasks import Difficulty, family_names
 from rl_compaction.wandb_resume import WandbRunIdCallback
@@ -251,8 +251,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         args: CompactionGRPOConfig = self.args
         split = "train" if mode == "train" else "validation"
-        envs = self._make_envs(inputs, split)
-        try:
+        with closing_envs(self._make_envs(inputs, split)) as envs:
             records = rollout(
                 TRLGenerationPolicy(self),
                 envs,
@@ -260,9 +259,6 @@ class CompactionGRPOTrainer(GRPOTrainer):
                 settings={"mode": mode, "step": self.state.global_step},
                 any_active=self._any_active,
             )
-        finally:  # a family may hold outside resources per env (scienceworld: a simulator process)
-            for env in envs:
-                env.close()
         self.last_records = records
         rewards = [self.reward_fn(r) for r in records]
 
