@@ -27,6 +27,12 @@ from rl_compaction.tiny import build_tiny_tokenizer
 #: Written last into a model folder this module made; its presence means the folder is complete.
 MARKER = "rl_compaction_model.json"
 
+#: RoPE base of the tiny models. With head_dim 16 and Llama's old base 10,000, only one of the
+#: eight rotary frequencies turns by less than a radian over 4k tokens, so attention cannot match
+#: content that far back; at 1e6 (Qwen2.5's base) synthetic recall over 2k-4k tokens is learned
+#: (scripts/bench_recall.py measures both side by side).
+TINY_ROPE_THETA = 1_000_000.0
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -53,8 +59,8 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
     "tiny": ModelSpec(
-        description="tiny random Llama (2 layers, hidden 64) with the tiny BPE tokenizer, Qwen2.5-style ChatML "
-        "template with tools; for tests",
+        description="tiny random Llama (2 layers, hidden 64, RoPE base 1e6) with the tiny BPE tokenizer, "
+        "Qwen2.5-style ChatML template with tools; for tests",
         source="tiny",
         template="chatml",
     ),
@@ -80,25 +86,29 @@ def models_dir() -> Path:
     return Path(home).expanduser() / "models"
 
 
-def _is_complete(folder: Path, name: str) -> bool:
-    """A folder is reused only if its marker says it holds `name` (a crash leaves no marker)."""
+def _is_complete(folder: Path, name: str, record: dict | None = None) -> bool:
+    """A folder is reused only if its marker says it holds `name` (a crash leaves no marker) and,
+    given `record`, was built with those settings (a tiny model from an older build is rebuilt)."""
     try:
-        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("name") == name
-    except (OSError, ValueError, AttributeError):
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
+    if not isinstance(marker, dict) or marker.get("name") != name:
+        return False
+    return all(marker.get(k) == v for k, v in (record or {}).items())
 
 
 def _install(staging: Path, dest: Path, name: str, record: dict, *, force: bool) -> Path:
     """Mark `staging` complete and move it to `dest` in one rename, so a reader never sees half a folder."""
     staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is for every user of the machine
     (staging / MARKER).write_text(json.dumps({"name": name, **record}, indent=2) + "\n", encoding="utf-8")
-    if dest.exists() and (force or not _is_complete(dest, name)):
+    if dest.exists() and (force or not _is_complete(dest, name, record)):
         shutil.rmtree(dest)
     try:
         staging.rename(dest)
     except OSError:
         # Another process installed the same model meanwhile; keep theirs.
-        if not _is_complete(dest, name):
+        if not _is_complete(dest, name, record):
             raise
         shutil.rmtree(staging, ignore_errors=True)
     return dest
@@ -286,7 +296,8 @@ def resolve_model(name_or_path: str) -> Path:
             f"known names: {_known_names()}"
         )
     folder = models_dir() / name_or_path
-    if _is_complete(folder, name_or_path):
+    record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA} if spec.source == "tiny" else None
+    if _is_complete(folder, name_or_path, record):
         return folder
     if spec.source == "pypi":
         raise FileNotFoundError(
@@ -297,14 +308,20 @@ def resolve_model(name_or_path: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name_or_path}.partial-", dir=folder.parent))
     try:
         build_tiny_model(staging, template=spec.template)
-        _install(staging, folder, name_or_path, {"template": spec.template}, force=False)
+        _install(staging, folder, name_or_path, record, force=False)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 
 def build_tiny_model(
-    path: str | Path, *, template: str = "chatml", hidden_size: int = 64, layers: int = 2, seed: int = 0
+    path: str | Path,
+    *,
+    template: str = "chatml",
+    hidden_size: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+    rope_theta: float = TINY_ROPE_THETA,
 ) -> Path:
     """Save a tiny random Llama-architecture causal LM with the tiny tokenizer (a real chat
     template with tool calls) to `path`; loads with `AutoModelForCausalLM.from_pretrained`."""
@@ -321,6 +338,7 @@ def build_tiny_model(
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=32_768,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

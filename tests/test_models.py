@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction import models
 from rl_compaction.models import KNOWN_MODELS, MARKER, fetch_model, models_dir, resolve_model
@@ -113,6 +113,19 @@ def test_resolve_tiny_builds_once_and_generates(
         out = model.generate(**inputs, max_new_tokens=5, min_new_tokens=5, do_sample=False)
     assert out.shape == (1, inputs["input_ids"].shape[1] + 5)
     assert out[0, : inputs["input_ids"].shape[1]].tolist() == inputs["input_ids"][0].tolist()
+
+
+def test_tiny_model_from_an_older_build_is_rebuilt(home: Path) -> None:
+    """A cached tiny model whose marker lacks this build's RoPE base (built before it changed) is
+    replaced, so nobody trains a model that cannot attend far back without knowing it."""
+    folder = resolve_model("tiny")
+    marker = json.loads((folder / MARKER).read_text())
+    assert AutoConfig.from_pretrained(folder).rope_parameters["rope_theta"] == models.TINY_ROPE_THETA
+    (folder / "config.json").write_text("{}")  # stands for the old build's files
+    (folder / MARKER).write_text(json.dumps({"name": "tiny", "template": "chatml"}))
+    assert resolve_model("tiny") == folder
+    assert json.loads((folder / MARKER).read_text()) == marker
+    assert AutoConfig.from_pretrained(folder).rope_parameters["rope_theta"] == models.TINY_ROPE_THETA
 
 
 def test_fetch_unknown_name_lists_choices(home: Path) -> None:
