@@ -27,9 +27,10 @@ from rl_compaction.tiny import build_tiny_tokenizer
 #: Written last into a model folder this module made; its presence means the folder is complete.
 MARKER = "rl_compaction_model.json"
 
-#: RoPE base of the tiny models. With head_dim 16 and Llama's old base 10,000, only one of the
-#: eight rotary frequencies turns by less than a radian over 4k tokens, so attention cannot match
-#: content that far back; at 1e6 (Qwen2.5's base) synthetic recall over 2k-4k tokens is learned
+#: RoPE base of the tiny models. With head_dim 16 there are eight rotary frequencies, base^(-i/8);
+#: at Llama's old base 10,000 even the slowest turns 1.3 radians over 4k tokens (the next 4.1), so
+#: attention has no stable channel to match content that far back; at 1e6 (Qwen2.5's base) three
+#: turn by less than a radian, and synthetic recall over 1k-4k tokens is learned
 #: (scripts/bench_recall.py measures both side by side).
 TINY_ROPE_THETA = 1_000_000.0
 
