@@ -1,0 +1,72 @@
+"""Recall pretraining (rl_compaction.recall) and the `tiny-recall` model it builds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rl_compaction import models
+from rl_compaction.models import MARKER, resolve_model
+from rl_compaction.recall import RecallCorpus, last_logits, train_recall
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Path:
+    return resolve_model("tiny")
+
+
+def test_a_recall_row_holds_its_value_once_and_ends_at_the_query(tiny: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny)
+    corpus = RecallCorpus(tok, seed=3)
+    filler_ids = {tok.convert_tokens_to_ids(w) for w in corpus.filler}
+    for length in (32, 512):
+        ids, value = corpus.example(length)
+        assert ids.count(value) == 1 and value not in filler_ids  # only the note holds it: copy, not guess
+        assert tok.decode(ids).rstrip().endswith('"') and length <= len(ids) <= 3 * length
+    ids, mask, target = corpus.batch(4, 64)
+    assert ids.shape[0] == mask.shape[0] == target.shape[0] == 4
+    ends = mask.sum(1) - 1
+    assert all(ids[i, ends[i]].item() != tok.pad_token_id for i in range(4))
+    assert all(target[i].item() in ids[i, : ends[i]].tolist() for i in range(4))
+
+
+def test_last_logits_reads_each_rows_last_real_token(tiny: Path) -> None:
+    """Right padding must not move the prediction: a row alone and in a padded batch agree."""
+    tok = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    ids, mask, _ = RecallCorpus(tok, seed=0).batch(4, 64)
+    with torch.no_grad():
+        batched = last_logits(model, ids, mask)
+        short = int(mask.sum(1).argmin())
+        n = int(mask[short].sum())
+        alone = last_logits(model, ids[short : short + 1, :n], mask[short : short + 1, :n])
+    torch.testing.assert_close(batched[short], alone[0], atol=1e-4, rtol=1e-4)
+
+
+def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    before = model.model.embed_tokens.weight.detach().clone()
+    losses = train_recall(model, tok, steps=4)
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
+    assert not torch.equal(before, model.model.embed_tokens.weight)
+    with pytest.raises(ValueError, match="steps must be >= 2"):
+        train_recall(model, tok, steps=1)
+
+
+def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
+    spec = models.ModelSpec(description="test", source="tiny", template="chatml", recall_steps=2)
+    monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", spec)
+    folder = resolve_model("tiny-recall")
+    marker = json.loads((folder / MARKER).read_text())
+    assert marker["recall_steps"] == 2 and 0.0 <= marker["recall_accuracy@4096"] <= 1.0
+    assert AutoModelForCausalLM.from_pretrained(folder) is not None
+    monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
+    assert resolve_model("tiny-recall") == folder
