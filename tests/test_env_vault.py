@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
+from envs.vault.family import EVOLVE_CODE, KEY_WORDS, TRAIN_KEY_WORDS, VaultFamily, read_key
 from rl_compaction.checker import check_family
 from rl_compaction.env import EnvConfig
 from rl_compaction.models import resolve_model
@@ -79,6 +79,9 @@ def test_splits_use_disjoint_vault_numbers_and_the_key_comes_from_the_shared_wor
     assert not (vaults["train"] & vaults["validation"] or vaults["train"] & vaults["test"])
     assert not vaults["validation"] & vaults["test"]
     assert {family.make(s, "test", TOY)._key[0] for s in range(40)} <= set(KEY_WORDS)
+    train_words = {family.make(s, "train", TOY)._key[0] for s in range(40)}
+    assert train_words <= set(TRAIN_KEY_WORDS) and len(train_words) > 20
+    assert not set(KEY_WORDS) & set(TRAIN_KEY_WORDS)  # held-out answers were never trained as answers
 
 
 def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
@@ -94,17 +97,24 @@ def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
     assert read_key(state)[1] == task._key
 
 
-def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str):
+@pytest.mark.parametrize(("split", "words"), [("validation", KEY_WORDS), ("train", TRAIN_KEY_WORDS)])
+def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: str, words: tuple[str, ...]):
     """The key must be copied from the note: no key word may sit anywhere else in what the model
-    reads (instructions, the harness's system text, tools, pages, receipts), or a model could answer
-    with it without carrying the note through its edits."""
+    reads (instructions, the harness's system text, tools, pages, receipts, the oracle's edits), or
+    a model could answer with it without carrying the note through its edits. Each key word is one
+    tiny-model token between the note's quotes, so a copy is one token."""
     import json
 
+    from transformers import AutoTokenizer
+
     config = EnvConfig(context_window=9000, compaction_threshold=6000, tokenizer=tiny_counter)
-    env = make_env("vault", split="validation", strategy="evolve", config=config, difficulty=Difficulty(0.2, 3))
+    env = make_env("vault", split=split, strategy="evolve", config=config, difficulty=Difficulty(0.2, 3))
     info = run_oracle_episode(env, 4, **evolve_options("evolve"))
     assert info["success"]
     seen = [i for i in env.history if not (i.get("type") == "function_call" and i.get("name") == "submit")]
-    text = NOTE_LINE.sub("", "\n".join([env.instructions, json.dumps(env.tools), json.dumps(seen)]))
-    for word in KEY_WORDS:
-        assert not re.search(rf"\b{word}\b", text), word
+    text = NOTE_LINE.sub("", "\n".join([env.instructions, json.dumps(env.tools), json.dumps(seen), EVOLVE_CODE]))
+    for word in words:
+        assert not re.search(rf"\b{word}\b", text, re.IGNORECASE), word
+    tokenizer = AutoTokenizer.from_pretrained(tiny_counter.removeprefix("hf:"))
+    for word in words:
+        assert len(tokenizer.encode(f' "{word}"', add_special_tokens=False)) == 3, word

@@ -35,10 +35,23 @@ from rl_compaction.tasks import (
     split_seed,
 )
 
-#: key words: one token each in the tiny tokenizer, and absent from everything else a model sees
-#: (instructions, the harness's system text and tools, receipts, filler), so the note is the only
-#: place a key word can be copied from (a test checks)
+#: key words of the validation and test splits: one token each in the tiny tokenizer, and absent
+#: from everything else a model sees (instructions, the harness's system text and tools, receipts,
+#: filler, the oracle's edit), so the note is the only place a key word can be copied from (a test
+#: checks)
 KEY_WORDS = ("years", "invoice", "record", "know", "paid", "agent", "loop", "come")
+#: key words of the train split, disjoint from KEY_WORDS and under the same rules. With eight
+#: shared words a small model fits the answers' prior (it answered one word, at chance) instead
+#: of copying; with many train-only words copying is the only way to fit, and held-out success
+#: on words never trained as answers shows the key was carried, not guessed.
+TRAIN_KEY_WORDS = (
+    "account", "action", "able", "because", "complete", "could", "fund", "gain", "head", "header",
+    "limit", "line", "main", "might", "move", "over", "process", "results", "rows", "self", "ship",
+    "tail", "thing", "very", "voice", "ways", "arch", "mage", "lace", "mall", "mary", "ring", "rite",
+    "round", "rough", "ties", "ther", "ound", "ight", "ores", "mount", "tain", "rial", "ment", "ness",
+    "lier", "arts", "ache", "alan", "ears", "fore", "inal", "ique", "amount", "records", "ships", "tion",
+    "ence", "cord", "lice",
+)  # fmt: skip
 DIRECTIONS = ("left", "right")
 #: vault numbers are the split-specific entities (n % 3 names the split), written with the same digits
 #: in every split, so a model meets no unseen token on held-out tasks; the key words and numbers are
@@ -158,7 +171,8 @@ def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTas
     lv = _LEVELS[difficulty.level]
     names = VAULT_NUMBERS[split]
     vault = rng.choice(names)
-    key = [rng.choice(KEY_WORDS), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
+    words = TRAIN_KEY_WORDS if split == "train" else KEY_WORDS
+    key = [rng.choice(words), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
     notes = [
         f'note: vault {vault} opens with the word "{key[0]}".',
         *([f"note: vault {vault} dial {key[1]}."] if lv.facts > 1 else []),
@@ -166,7 +180,7 @@ def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTas
     ]
     others = [n for n in names if n != vault]
     for _ in range(lv.decoys):
-        notes.append(f'note: vault {rng.choice(others)} opens with the word "{rng.choice(KEY_WORDS)}".')
+        notes.append(f'note: vault {rng.choice(others)} opens with the word "{rng.choice(words)}".')
     rest = notes[1:]
     rng.shuffle(rest)
     notes = notes[:1] + rest
