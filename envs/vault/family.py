@@ -40,17 +40,32 @@ from rl_compaction.tasks import (
 #: filler, the oracle's edit), so the note is the only place a key word can be copied from (a test
 #: checks)
 KEY_WORDS = ("years", "invoice", "record", "know", "paid", "agent", "loop", "come")
-#: key words of the train split, disjoint from KEY_WORDS and under the same rules. With eight
-#: shared words a small model fits the answers' prior (it answered one word, at chance) instead
-#: of copying; with many train-only words copying is the only way to fit, and held-out success
-#: on words never trained as answers shows the key was carried, not guessed.
+#: key words of the train split: every other one-token word (or word piece) of the tiny tokenizer
+#: under the same rules, disjoint from KEY_WORDS. With eight shared words a small model fits the
+#: answers' prior (it answered one word, at chance) instead of copying; with ~200 train-only words
+#: copying is the only way to fit, and held-out success on words never trained as answers shows
+#: the key was carried, not guessed.
 TRAIN_KEY_WORDS = (
-    "account", "action", "able", "because", "complete", "could", "fund", "gain", "head", "header",
-    "limit", "line", "main", "might", "move", "over", "process", "results", "rows", "self", "ship",
-    "tail", "thing", "very", "voice", "ways", "arch", "mage", "lace", "mall", "mary", "ring", "rite",
-    "round", "rough", "ties", "ther", "ound", "ight", "ores", "mount", "tain", "rial", "ment", "ness",
-    "lier", "arts", "ache", "alan", "ears", "fore", "inal", "ique", "amount", "records", "ships", "tion",
-    "ence", "cord", "lice",
+    "able", "account", "ache", "action", "addi", "alan", "alance", "alse", "amount", "arame",
+    "arameters", "arate", "arch", "arness", "arse", "arts", "asoning", "ater", "ates", "ation",
+    "atus", "ause", "ayment", "because", "bject", "bout", "cate", "cause", "ccess", "ccount",
+    "cess", "chang", "chive", "complete", "cord", "could", "crip", "crypted", "cted", "ction",
+    "dbox", "ears", "eded", "empt", "ename", "ence", "ending", "ength", "enti", "ents", "eration",
+    "escri", "escrip", "escription", "essag", "essage", "essages", "etween", "fiers", "fore",
+    "fter", "fund", "fusal", "gain", "gent", "gument", "guments", "hang", "head", "header", "hing",
+    "hould", "hown", "iction", "idates", "iffer", "ifferent", "ight", "ilter", "inal", "indent",
+    "ings", "ipyth", "ipython", "ique", "irst", "istory", "itation", "ittle", "ives", "jected",
+    "lace", "lation", "lect", "length", "lete", "lice", "lier", "limit", "line", "mage", "main",
+    "mall", "mary", "ment", "might", "mory", "moun", "mount", "move", "mpaction", "mpare", "mplete",
+    "mpleted", "natures", "ness", "notation", "nput", "oice", "ollow", "omer", "oning", "onst",
+    "ontain", "onte", "ontent", "ontext", "oolean", "ople", "ores", "orig", "orre", "otal", "ought",
+    "ould", "ound", "over", "perties", "plit", "ponse", "ponses", "ppro", "pproved", "process",
+    "progr", "quest", "quire", "quired", "ransfer", "reat", "records", "refi", "refix", "rent",
+    "resul", "results", "rial", "rict", "ring", "rite", "ronous", "roperties", "roppe", "rough",
+    "round", "rows", "sedes", "self", "sfer", "ship", "ships", "sist", "sistant", "stem", "swer",
+    "tail", "tain", "ters", "ther", "thing", "ties", "tion", "ubmit", "udget", "umber", "ummary",
+    "unction", "uper", "ures", "ustomer", "utput", "velop", "veloper", "very", "vided", "vives",
+    "voice", "volve", "ways", "ween", "xact", "ynch", "ypted", "ystem",
 )  # fmt: skip
 DIRECTIONS = ("left", "right")
 #: vault numbers are the split-specific entities (n % 3 names the split), written with the same digits
