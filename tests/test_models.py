@@ -45,7 +45,7 @@ def test_models_dir_honours_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_known_models_are_described() -> None:
-    assert {"smollm2-135m", "tiny", "tiny-llama3"} <= set(KNOWN_MODELS)
+    assert {"smollm2-135m", "tiny", "tiny-recall", "tiny-llama3"} <= set(KNOWN_MODELS)
     for spec in KNOWN_MODELS.values():
         assert spec.description
         assert spec.source in ("pypi", "tiny")
