@@ -69,7 +69,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
     ),
     "tiny-recall": ModelSpec(
         description="'tiny' after 800 steps of recall pretraining on synthetic text (rl_compaction.recall: copy "
-        "a quoted word from up to 2k tokens back), built in about five minutes on first use; the CPU recipes' start",
+        "a quoted word from up to 2k tokens back), built in 5-7 minutes on first use; the CPU reproduction's start",
         source="tiny",
         template="chatml",
         recall_steps=800,
@@ -108,10 +108,14 @@ def _is_complete(folder: Path, name: str, record: dict | None = None) -> bool:
     return all(marker.get(k) == v for k, v in (record or {}).items())
 
 
-def _install(staging: Path, dest: Path, name: str, record: dict, *, force: bool) -> Path:
-    """Mark `staging` complete and move it to `dest` in one rename, so a reader never sees half a folder."""
+def _install(staging: Path, dest: Path, name: str, record: dict, *, force: bool, results: dict | None = None) -> Path:
+    """Mark `staging` complete and move it to `dest` in one rename, so a reader never sees half a folder.
+
+    `record` (the build settings) decides whether an existing folder is the same model; `results`
+    (what the build measured) is only written into the marker."""
     staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is for every user of the machine
-    (staging / MARKER).write_text(json.dumps({"name": name, **record}, indent=2) + "\n", encoding="utf-8")
+    marker = {"name": name, **record, **(results or {})}
+    (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     if dest.exists() and (force or not _is_complete(dest, name, record)):
         shutil.rmtree(dest)
     try:
@@ -320,8 +324,8 @@ def resolve_model(name_or_path: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name_or_path}.partial-", dir=folder.parent))
     try:
         build_tiny_model(staging, template=spec.template)
-        extra = _train_recall(staging, spec.recall_steps) if spec.recall_steps else {}
-        _install(staging, folder, name_or_path, {**record, **extra}, force=False)
+        results = _train_recall(staging, spec.recall_steps) if spec.recall_steps else None
+        _install(staging, folder, name_or_path, record, force=False, results=results)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder

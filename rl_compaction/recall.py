@@ -12,8 +12,8 @@ Filler is words of the harness's own text (system suffix, tool schemas); values 
 one-token words of the tokenizer, so the skill is "copy the quoted word that stands out", at
 any distance. Loss is cross-entropy on the value token only. The curriculum (32-128 tokens,
 then 256-2048) changes the batch size with the length, which is why this is a plain loop and
-not a `transformers.Trainer`. 800 steps take about five minutes on two CPU cores; afterwards
-the model answers ~97% of held-out rows at 1k and 4k tokens (scripts/bench_recall.py).
+not a `transformers.Trainer`. 800 steps took 7 minutes on two CPU cores shared with another
+job; afterwards the model answers ~97% of held-out rows at 1k and 4k tokens (scripts/bench_recall.py).
 """
 
 from __future__ import annotations

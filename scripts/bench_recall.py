@@ -28,12 +28,13 @@ from rl_compaction import models
 from rl_compaction.recall import RecallCorpus, recall_accuracy, train_recall
 
 
-def run(rope_theta: float, steps: int, lr: float, eval_rows: int) -> dict[str, float]:
+def run(rope_theta: float, steps: int, lr: float, eval_rows: int) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         models.build_tiny_model(tmp, rope_theta=rope_theta)
         tok, model = AutoTokenizer.from_pretrained(tmp), AutoModelForCausalLM.from_pretrained(tmp)
     train_recall(model, tok, steps, lr)
-    return {f"accuracy@{n}": recall_accuracy(model, tok, n, eval_rows) for n in (1024, 4096)}
+    result = {f"accuracy@{n}": f"{recall_accuracy(model, tok, n, eval_rows):.2f}" for n in (1024, 4096)}
+    return result | {"chance": f"1/{len(RecallCorpus(tok, 0).values)}"}
 
 
 def main() -> None:
@@ -44,9 +45,8 @@ def main() -> None:
     parser.add_argument("--eval-rows", type=int, default=32)
     args = parser.parse_args()
     results = {theta: run(theta, args.steps, args.lr, args.eval_rows) for theta in args.rope_theta}
-    print(f"chance: 1/{len(RecallCorpus(AutoTokenizer.from_pretrained(models.resolve_model('tiny')), 0).values)}")
     for theta, result in results.items():
-        print(f"rope_theta {theta:>12,.0f}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()))
+        print(f"rope_theta {theta:>12,.0f}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
 
 
 if __name__ == "__main__":

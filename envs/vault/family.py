@@ -40,11 +40,11 @@ from rl_compaction.tasks import (
 #: filler, the oracle's edit), so the note is the only place a key word can be copied from (a test
 #: checks)
 KEY_WORDS = ("years", "invoice", "record", "know", "paid", "agent", "loop", "come")
-#: key words of the train split: every other one-token word (or word piece) of the tiny tokenizer
-#: under the same rules, disjoint from KEY_WORDS. With eight shared words a small model fits the
-#: answers' prior (it answered one word, at chance) instead of copying; with ~200 train-only words
-#: copying is the only way to fit, and held-out success on words never trained as answers shows
-#: the key was carried, not guessed.
+#: key words of the train split: the other one-token words and word pieces (four letters or more,
+#: alphabet runs left out) of the tiny tokenizer under the same rules, disjoint from KEY_WORDS.
+#: With eight shared words a small model fits the answers' prior (it answered one word, at chance)
+#: instead of copying; with ~200 train-only words copying is the only way to fit, and held-out
+#: success on words never trained as answers shows the key was carried, not guessed.
 TRAIN_KEY_WORDS = (
     "able", "account", "ache", "action", "addi", "alan", "alance", "alse", "amount", "arame",
     "arameters", "arate", "arch", "arness", "arse", "arts", "asoning", "ater", "ates", "ation",
