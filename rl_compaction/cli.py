@@ -340,6 +340,13 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def cmd_demos(args: argparse.Namespace) -> int:
     from rl_compaction.demos import write_demos
 
@@ -357,6 +364,7 @@ def cmd_demos(args: argparse.Namespace) -> int:
             tokenizer_name_or_path=args.tokenizer,
             first_seed=args.first_seed,
             keep_failed=[x for x in args.keep_failed.split(",") if x],
+            weights=_int_list(args.weights) if args.weights else None,
         )
     except (ValueError, KeyError) as e:
         raise UsageError(str(e).strip("'\"")) from None
@@ -509,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="count tokens as this model does (name, path or encoding)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--keep-failed", default="", help="strategies whose failed episodes are kept (imperfect demos)")
+    p.add_argument("--weights", default="", help="episodes per cycle for each strategy, e.g. 3,1 (default 1 each)")
     p.set_defaults(func=cmd_demos)
 
     models = sub.add_parser("models", help="offline models")

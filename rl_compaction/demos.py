@@ -8,6 +8,9 @@ strategy (``"sliding_window"``, ``"clear_tool_outputs"``) that rewrites the Stat
 turns. Only successful episodes are kept, except those of the strategies named in
 ``keep_failed``: imperfect demonstrations (``"evolve_lossy"``, ``"none"`` at a small window), so
 the warm-started policy sometimes errs the way a real model does and RL has something to fix.
+A kept failed episode loses its answer turns (calls to ``submit``): the answer is wrong because
+the edit lost what it needed, and SFT would teach the wrong answer itself (an empty or guessed
+one), not the error RL should fix (the edit).
 
 Why one row per turn: the agent's context is rewritten by edits, so a whole episode is not one
 append-only conversation and cannot be written as one. Each row is what the policy saw at that
@@ -44,7 +47,7 @@ from rl_compaction.evolve import EVOLVE
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy, make_env
 from rl_compaction.render import chat_messages, chat_tools
 from rl_compaction.state import State
-from rl_compaction.tasks import SPLITS, Difficulty, family_names
+from rl_compaction.tasks import SPLITS, SUBMIT_TOOL, Difficulty, family_names
 
 SUMMARY_FILE = "demos_summary.json"
 
@@ -198,6 +201,11 @@ def _turn_failed(env: CompactionEnv, is_evolve: bool) -> bool:
     return is_evolve and (not evolves or not evolves[0]["applied"])
 
 
+def _is_answer(row: dict[str, Any]) -> bool:
+    """Whether the row's turn calls the harness's answer tool (`SUBMIT_TOOL`)."""
+    return any(c["function"]["name"] == SUBMIT_TOOL["name"] for c in row["messages"][-1]["tool_calls"] or [])
+
+
 def oracle_episode_rows(env: CompactionEnv, strategy: str, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Play one oracle episode on task `seed` and return (rows of its clean turns, final info)."""
     policy = OracleScriptedPolicy(strategy)
@@ -239,15 +247,18 @@ def write_demos(
     tokenizer_name_or_path: str | None = None,
     first_seed: int = 0,
     keep_failed: list[str] | tuple[str, ...] = (),
+    weights: list[int] | None = None,
 ) -> Dataset:
     """Run the oracle and save one SFT row per clean turn of each successful episode to `out_dir`.
 
-    Episode k of a family plays task seed ``first_seed + k`` under strategy ``strategies[k % len]``,
-    so every strategy gets its share of distinct tasks (the same task under two strategies would
-    repeat every turn before the first compaction). `tokenizer_name_or_path` (a model name known
-    to `rl_compaction.models`, a local folder, ``hf:PATH`` or a tiktoken encoding) counts tokens
-    for the window and threshold; use the model to be trained, so compaction requests come where
-    they will at RL time (default: the env's o200k_base estimate).
+    Episode k of a family plays task seed ``first_seed + k`` under the strategies in turn, each
+    taking ``weights[i]`` episodes of every cycle (default 1 each), so every strategy gets its
+    share of distinct tasks (the same task under two strategies would repeat every turn before the
+    first compaction). Weights set how often the warm-started policy picks each strategy.
+    `tokenizer_name_or_path` (a model name known to `rl_compaction.models`, a local folder,
+    ``hf:PATH`` or a tiktoken encoding) counts tokens for the window and threshold; use the model
+    to be trained, so compaction requests come where they will at RL time (default: the env's
+    o200k_base estimate).
 
     Writes the dataset with ``save_to_disk(out_dir)`` plus `SUMMARY_FILE` (episodes, successes,
     rows and evolve rows per family and strategy) and returns it. Raises ValueError for bad
@@ -264,10 +275,14 @@ def write_demos(
         )
     if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
         raise ValueError("families and strategies must not repeat")
-    if episodes_per_family < len(strategies):
+    weights = list(weights) if weights is not None else [1] * len(strategies)
+    if len(weights) != len(strategies) or any(not isinstance(w, int) or w < 1 for w in weights):
+        raise ValueError(f"weights must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
+    cycle = [s for s, w in zip(strategies, weights, strict=True) for _ in range(w)]
+    if episodes_per_family < len(cycle):
         raise ValueError(
-            f"episodes_per_family ({episodes_per_family}) must give each of the "
-            f"{len(strategies)} strategies at least one episode"
+            f"episodes_per_family ({episodes_per_family}) must cover one cycle of the strategies "
+            f"({len(cycle)} episodes with weights {weights}), so each gets at least one"
         )
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
@@ -281,7 +296,7 @@ def write_demos(
     for family in families:
         envs: dict[str, CompactionEnv] = {}
         for k in range(episodes_per_family):
-            strategy = strategies[k % len(strategies)]
+            strategy = cycle[k % len(cycle)]
             if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
                 config = EnvConfig(
                     context_window=context_window,
@@ -293,7 +308,10 @@ def write_demos(
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
             s["successful"] += bool(info["success"])
-            if info["success"] or strategy in keep_failed:
+            if not info["success"]:
+                # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
+                episode_rows = [r for r in episode_rows if not _is_answer(r)] if strategy in keep_failed else []
+            if episode_rows:
                 s["rows"] += len(episode_rows)
                 s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
                 rows.extend(episode_rows)
@@ -313,6 +331,7 @@ def write_demos(
             "families": families,
             "episodes_per_family": episodes_per_family,
             "strategies": strategies,
+            "weights": weights,
             "split": split,
             "scale": scale,
             "level": level,

@@ -7,7 +7,10 @@ A recipe to read top to bottom; each stage is the library's own entry point:
 1. demonstrations: the context-bound oracle plays train tasks under its targeted edit and under
    imperfect strategies (a lossy edit, ignoring the request), which are kept although they fail,
    so the warm-started policy errs the way a real model does and RL has something to fix;
-2. SFT warm start on them (TRL's SFTTrainer, `rl_compaction.sft`);
+2. SFT warm start on them (TRL's SFTTrainer, `rl_compaction.sft`): optionally first on the answer
+   turns alone (`sft_answers`), so the model learns to copy the answer from its context before
+   the rest of the protocol (trained the other way round, a small model fits the answers' prior
+   instead and never learns to copy), then on every turn;
 3. GRPO from the SFT checkpoint on the real task reward (`CompactionGRPOTrainer`);
 4. `eval` on held-out test seeds: the GRPO checkpoint, the SFT-only checkpoint and the oracle
    under every fixed strategy at the same window, then the oracle with an unlimited window;
@@ -30,6 +33,7 @@ import yaml
 from rl_compaction.demos import write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.sft import train_sft
+from rl_compaction.tasks import SUBMIT_TOOL
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -40,9 +44,12 @@ class ReproduceConfig:
 
     Task: `family` at `scale` / `level`, with the agent's `context_window` and the harness's
     `compaction_threshold` (tokens of `model`'s own tokenizer) for demos, training and eval.
-    demo_*: oracle episodes per strategy mix; `keep_failed` names the imperfect strategies kept.
+    demo_*: oracle episodes, their strategies and how many episodes of each cycle each strategy plays
+    (`demo_weights`, default one each); `keep_failed` names the imperfect strategies kept.
     balance_turns: SFT samples read, evolve and submit turns equally often (`rl_compaction.sft`).
     sft / grpo: overrides of TRL's SFTConfig and of `CompactionGRPOConfig` (TRL field names).
+    sft_answers: SFTConfig overrides of a first SFT phase on the answer turns alone (`submit` calls);
+    empty: no such phase (SFT starts on every turn).
     eval_*: held-out test episodes (seeds 0..n-1) at `eval_scale` (default: `scale`; longer episodes
     test that the learned edits hold over more compactions) and sampling of the model rows.
     baselines: policy specs evaluated beside the checkpoints at the same window;
@@ -59,9 +66,11 @@ class ReproduceConfig:
     compaction_threshold: int = 3200
     demo_episodes: int = 60
     demo_strategies: list[str] = field(default_factory=lambda: ["evolve", "evolve_lossy", "none"])
+    demo_weights: list[int] | None = None
     keep_failed: list[str] = field(default_factory=lambda: ["evolve_lossy", "none"])
     balance_turns: bool = True
     sft: dict[str, Any] = field(default_factory=dict)
+    sft_answers: dict[str, Any] = field(default_factory=dict)
     grpo: dict[str, Any] = field(default_factory=dict)
     eval_episodes: int = 32
     eval_scale: float | None = None
@@ -112,6 +121,10 @@ class ReproduceConfig:
 def _stage(n: int, total: int, title: str) -> float:
     print(f"\n[{n}/{total}] {title}", file=sys.stderr, flush=True)
     return time.perf_counter()
+
+
+def _log(message: str) -> None:
+    print(f"[rl-compaction reproduce] {message}", file=sys.stderr, flush=True)
 
 
 def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[str, Any]]:
@@ -231,21 +244,33 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         config.demo_episodes,
         config.demo_strategies,
         keep_failed=config.keep_failed,
+        weights=config.demo_weights,
         tokenizer_name_or_path=config.model,
         **config.task,
     )
     timings["demos"] = time.perf_counter() - start
 
     start = _stage(2, 5, f"SFT warm start of {config.model} (TRL SFTTrainer)")
-    sft_settings = {
+    base = {
         "use_cpu": True,
         "save_strategy": "no",
         "report_to": "none",
         "bf16": False,  # fp32 on CPU, as in GRPO (TRL turns bf16 on by default)
         "activation_checkpointing": False,
-        **config.sft,
     }
-    train_sft(out / "demos", config.model, out / "sft", balance_turns=config.balance_turns, **sft_settings)
+    start_model = config.model
+    if config.sft_answers:
+        _log("SFT phase 1: the answer turns alone")
+        train_sft(
+            out / "demos",
+            start_model,
+            out / "sft_answers",
+            turn_kinds=[SUBMIT_TOOL["name"]],
+            **{**base, **config.sft_answers},
+        )
+        start_model = str(out / "sft_answers")
+        _log("SFT phase 2: every turn")
+    train_sft(out / "demos", start_model, out / "sft", balance_turns=config.balance_turns, **{**base, **config.sft})
     timings["sft"] = time.perf_counter() - start
 
     start = _stage(3, 5, "GRPO from the SFT checkpoint on the task reward")

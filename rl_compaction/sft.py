@@ -62,6 +62,13 @@ class SFTScriptArguments:
             "often, repeating the rarer kinds; an episode has one final answer but many reads."
         },
     )
+    turn_kinds: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Train only on turns of these kinds (e.g. submit: the answers alone, a phase that makes a "
+            "model copy the answer from its context before it learns the rest of the protocol)."
+        },
+    )
 
 
 def _log(message: str) -> None:
@@ -143,10 +150,21 @@ def balance_by_kind(rows: list[dict[str, Any]], seed: int) -> Dataset:
 
 
 def prepare_dataset(
-    demos: Dataset, tokenizer: Any, max_length: int | None, balance_turns: bool = False, seed: int = 0
+    demos: Dataset,
+    tokenizer: Any,
+    max_length: int | None,
+    balance_turns: bool = False,
+    seed: int = 0,
+    turn_kinds: list[str] | None = None,
 ) -> Dataset:
     """Tokenise demo rows for `SFTTrainer`; rows over `max_length` tokens are dropped (and counted).
-    With `balance_turns`, every kind of turn is sampled equally often (`balance_by_kind`)."""
+    With `turn_kinds`, only turns of those kinds are kept; with `balance_turns`, every kind of turn
+    is sampled equally often (`balance_by_kind`)."""
+    if turn_kinds is not None:
+        present = {turn_kind(row) for row in demos}
+        if not set(turn_kinds) & present:
+            raise ValueError(f"no demo turn is of the kinds {list(turn_kinds)}; the demos hold {sorted(present)}")
+        demos = [row for row in demos if turn_kind(row) in turn_kinds]
     rows = [tokenize_row(tokenizer, row) | {"kind": turn_kind(row)} for row in demos]
     kept = [r for r in rows if max_length is None or len(r["input_ids"]) <= max_length]
     lengths = [len(r["input_ids"]) for r in rows]
@@ -193,7 +211,12 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
     train_dataset = prepare_dataset(
-        load_demos(script_args.dataset_dir), tokenizer, args.max_length, script_args.balance_turns, args.seed
+        load_demos(script_args.dataset_dir),
+        tokenizer,
+        args.max_length,
+        script_args.balance_turns,
+        args.seed,
+        script_args.turn_kinds,
     )
     return SFTTrainer(
         model=model,
@@ -237,14 +260,15 @@ def train_sft(
     *,
     model_config: dict[str, Any] | None = None,
     balance_turns: bool = False,
+    turn_kinds: list[str] | None = None,
     **config: Any,
 ) -> SFTTrainer:
     """SFT from Python: `config` holds `SFTConfig` overrides (max_steps, learning_rate, max_length,
     use_cpu, ...), `model_config` `ModelConfig` fields beyond the model (dtype, use_peft, lora_r, ...),
-    `balance_turns` as `SFTScriptArguments`."""
+    `balance_turns` and `turn_kinds` as `SFTScriptArguments`."""
     args = SFTConfig(output_dir=str(output_dir), **config)
     model_args = ModelConfig(model_name_or_path=str(model_name_or_path), **(model_config or {}))
-    script_args = SFTScriptArguments(dataset_dir=str(dataset_dir), balance_turns=balance_turns)
+    script_args = SFTScriptArguments(dataset_dir=str(dataset_dir), balance_turns=balance_turns, turn_kinds=turn_kinds)
     return run_sft(script_args, args, model_args)
 
 

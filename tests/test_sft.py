@@ -87,6 +87,41 @@ def test_demos_rows_columns_summary_and_evolve_turns(demos_dir: Path, demos: Dat
     assert row_messages(episode[-1])[-1]["tool_calls"][0]["function"]["name"] == "submit"
 
 
+def test_a_kept_failed_episode_keeps_its_edits_but_not_its_wrong_answer(home: Path, tmp_path: Path) -> None:
+    """The lossy edit is kept as an imperfect demonstration; the answer it forces (the key is gone) is not,
+    so SFT never trains an answer the task scores wrong."""
+    settings = {"scale": 0.2, "level": 1, "context_window": 4500, "compaction_threshold": 3200}
+    rows = write_demos(
+        tmp_path,
+        ["vault"],
+        2,
+        ["evolve", "evolve_lossy"],
+        keep_failed=["evolve_lossy"],
+        tokenizer_name_or_path="tiny",
+        **settings,
+    )
+    summary = json.loads((tmp_path / SUMMARY_FILE).read_text())["per_family"]["vault"]
+    assert summary["evolve"]["successful"] == 1 and summary["evolve_lossy"]["successful"] == 0
+    kinds = {s: Counter(turn_kind(r) for r in rows if r["strategy"] == s) for s in ("evolve", "evolve_lossy")}
+    assert kinds["evolve"]["submit"] == 1 and kinds["evolve"]["evolve"] >= 2
+    assert (
+        kinds["evolve_lossy"]["submit"] == 0 and kinds["evolve_lossy"]["evolve"] >= 2 and kinds["evolve_lossy"]["read"]
+    )
+    assert summary["evolve_lossy"]["rows"] == sum(kinds["evolve_lossy"].values())
+
+
+def test_weights_give_each_strategy_its_share_of_distinct_tasks(home: Path, tmp_path: Path) -> None:
+    rows = write_demos(tmp_path / "w", ["probe"], 3, ["evolve", "none"], weights=[2, 1], **DEMO_SETTINGS)
+    summary = json.loads((tmp_path / "w" / SUMMARY_FILE).read_text())
+    assert {s: v["episodes"] for s, v in summary["per_family"]["probe"].items()} == {"evolve": 2, "none": 1}
+    seeds = {s: {r["task_seed"] for r in rows if r["strategy"] == s} for s in ("evolve", "none")}
+    assert seeds == {"evolve": {0, 1}, "none": {2}}
+    for weights, words in (([1], "one integer >= 1 per strategy"), ([2, 0], "one integer >= 1"), ([3, 1], "one cycle")):
+        with pytest.raises(ValueError, match=words):
+            write_demos(tmp_path / "bad", ["probe"], 3, ["evolve", "none"], weights=weights, **DEMO_SETTINGS)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_evolve_row_holds_the_state_the_oracle_saw(demos: Dataset) -> None:
     """The row after an edit shows the edited State (with the receipt), not the append-only history."""
     episode = sorted((r for r in demos if r["strategy"] == "evolve"), key=lambda r: r["turn"])
@@ -167,6 +202,14 @@ def test_balance_turns_samples_every_kind_equally_and_drops_none(demos: Dataset,
     seen = Counter(by_ids[tuple(r["input_ids"])] for r in balanced)
     assert set(seen.values()) == {max(kinds.values())}
     assert {tuple(r["input_ids"]) for r in balanced} == set(by_ids)  # every row still trained
+
+
+def test_turn_kinds_keeps_only_those_turns_and_names_what_the_demos_hold(demos: Dataset, tokenizer) -> None:
+    answers = prepare_dataset(demos, tokenizer, None, turn_kinds=["submit"])
+    want = [tokenize_row(tokenizer, r)["input_ids"] for r in demos if turn_kind(r) == "submit"]
+    assert len(want) == 2 and answers["input_ids"] == want
+    with pytest.raises(ValueError, match=r"no demo turn is of the kinds \['answer'\].*'submit'"):
+        prepare_dataset(demos, tokenizer, None, turn_kinds=["answer"])
 
 
 def main_args(tmp_path: Path, dataset_dir: Path, *extra: str):
