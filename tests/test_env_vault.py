@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from envs.vault.family import EVOLVE_CODE, KEY_WORDS, TRAIN_KEY_WORDS, VaultFamily, read_key
+from envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
 from rl_compaction.checker import check_family
 from rl_compaction.env import EnvConfig
 from rl_compaction.models import resolve_model
@@ -78,10 +78,10 @@ def test_splits_use_disjoint_vault_numbers_and_the_key_comes_from_the_shared_wor
     vaults = {split: {family.make(s, split, TOY).vault for s in range(30)} for split in ("train", "validation", "test")}
     assert not (vaults["train"] & vaults["validation"] or vaults["train"] & vaults["test"])
     assert not vaults["validation"] & vaults["test"]
-    assert {family.make(s, "test", TOY)._key[0] for s in range(40)} <= set(KEY_WORDS)
-    train_words = {family.make(s, "train", TOY)._key[0] for s in range(40)}
-    assert train_words <= set(TRAIN_KEY_WORDS) and len(train_words) > 20
-    assert not set(KEY_WORDS) & set(TRAIN_KEY_WORDS)  # held-out answers were never trained as answers
+    assert len(set(KEY_WORDS)) == len(KEY_WORDS) >= 200  # a guess is right well under 1% of the time
+    for split in ("train", "test"):
+        words = {family.make(s, split, TOY)._key[0] for s in range(40)}
+        assert words <= set(KEY_WORDS) and len(words) > 30, split  # drawn from the whole pool
 
 
 def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
@@ -97,8 +97,8 @@ def test_decoys_at_level_3_name_other_vaults_and_the_oracle_ignores_them():
     assert read_key(state)[1] == task._key
 
 
-@pytest.mark.parametrize(("split", "words"), [("validation", KEY_WORDS), ("train", TRAIN_KEY_WORDS)])
-def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: str, words: tuple[str, ...]):
+@pytest.mark.parametrize("split", ["validation", "train"])
+def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: str):
     """The key must be copied from the note: no key word may sit anywhere else in what the model
     reads (instructions, the harness's system text, tools, pages, receipts, the oracle's edits), or
     a model could answer with it without carrying the note through its edits. Each key word is one
@@ -113,8 +113,8 @@ def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: st
     assert info["success"]
     seen = [i for i in env.history if not (i.get("type") == "function_call" and i.get("name") == "submit")]
     text = NOTE_LINE.sub("", "\n".join([env.instructions, json.dumps(env.tools), json.dumps(seen), EVOLVE_CODE]))
-    for word in words:
+    for word in KEY_WORDS:
         assert not re.search(rf"\b{word}\b", text, re.IGNORECASE), word
     tokenizer = AutoTokenizer.from_pretrained(tiny_counter.removeprefix("hf:"))
-    for word in words:
+    for word in KEY_WORDS:
         assert len(tokenizer.encode(f' "{word}"', add_special_tokens=False)) == 3, word

@@ -35,17 +35,17 @@ from rl_compaction.tasks import (
     split_seed,
 )
 
-#: key words of the validation and test splits: one token each in the tiny tokenizer, and absent
-#: from everything else a model sees (instructions, the harness's system text and tools, receipts,
-#: filler, the oracle's edit), so the note is the only place a key word can be copied from (a test
-#: checks)
-KEY_WORDS = ("years", "invoice", "record", "know", "paid", "agent", "loop", "come")
-#: key words of the train split: the other one-token words and word pieces (four letters or more,
-#: alphabet runs left out) of the tiny tokenizer under the same rules, disjoint from KEY_WORDS.
-#: With eight shared words a small model fits the answers' prior (it answered one word, at chance)
-#: instead of copying; with ~200 train-only words copying is the only way to fit, and held-out
-#: success on words never trained as answers shows the key was carried, not guessed.
-TRAIN_KEY_WORDS = (
+#: key words, drawn uniformly by every split: one token each in the tiny tokenizer (four letters or
+#: more; word pieces count, alphabet runs are left out), and absent from everything else a model
+#: sees (instructions, the harness's system text and tools, receipts, filler, the oracle's edit), so
+#: the note is the only place a key word can be copied from (a test checks). With 212 words a guess
+#: is right 1 time in 212, so held-out success shows the key was carried.
+#: Why one shared pool: with eight words a small model fits the answers' prior (it answered one
+#: word, at chance) instead of copying; and with the held-out splits on words never trained as
+#: answers, the SFT'd tiny model copied the train words but answered half the held-out tasks with
+#: a train word (validation success 4/8, every failure a train-split answer).
+KEY_WORDS = (
+    "years", "invoice", "record", "know", "paid", "agent", "loop", "come",
     "able", "account", "ache", "action", "addi", "alan", "alance", "alse", "amount", "arame",
     "arameters", "arate", "arch", "arness", "arse", "arts", "asoning", "ater", "ates", "ation",
     "atus", "ause", "ayment", "because", "bject", "bout", "cate", "cause", "ccess", "ccount",
@@ -186,8 +186,7 @@ def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTas
     lv = _LEVELS[difficulty.level]
     names = VAULT_NUMBERS[split]
     vault = rng.choice(names)
-    words = TRAIN_KEY_WORDS if split == "train" else KEY_WORDS
-    key = [rng.choice(words), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
+    key = [rng.choice(KEY_WORDS), str(rng.randint(1, 9)), rng.choice(DIRECTIONS)][: lv.facts]
     notes = [
         f'note: vault {vault} opens with the word "{key[0]}".',
         *([f"note: vault {vault} dial {key[1]}."] if lv.facts > 1 else []),
@@ -195,7 +194,7 @@ def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTas
     ]
     others = [n for n in names if n != vault]
     for _ in range(lv.decoys):
-        notes.append(f'note: vault {rng.choice(others)} opens with the word "{rng.choice(words)}".')
+        notes.append(f'note: vault {rng.choice(others)} opens with the word "{rng.choice(KEY_WORDS)}".')
     rest = notes[1:]
     rng.shuffle(rest)
     notes = notes[:1] + rest
