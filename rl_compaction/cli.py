@@ -557,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--strategy",
                 default="none",
-                help="none, evolve (the oracle's own edit), evolve_lossy, sliding_window, clear_tool_outputs; "
+                help="none, ignore (requests unanswered), evolve (the oracle's own edit), evolve_lossy, "
+                "sliding_window, clear_tool_outputs; "
                 "comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)

@@ -15,11 +15,12 @@ from rl_compaction.policies.base import ScriptedPolicy, Turn
 from rl_compaction.strategies import HARNESS_STRATEGIES
 from rl_compaction.tasks import Difficulty, Oracle
 
-#: "none": no compaction; "evolve": the oracle answers compaction requests with its own
-#: targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE` (an imperfect
-#: strategy for demonstrations, so RL has something to fix); the others are harness strategies
-#: run at the threshold.
-ORACLE_STRATEGIES = ("none", "evolve", "evolve_lossy", *HARNESS_STRATEGIES)
+#: "none": no compaction (and no request); "ignore": the harness asks for compaction and the oracle
+#: reads on, until the window ends the episode; "evolve": the oracle answers compaction requests
+#: with its own targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE`
+#: ("ignore" and "evolve_lossy" are imperfect strategies for demonstrations, so RL has something to
+#: fix); the others are harness strategies run at the threshold.
+ORACLE_STRATEGIES = ("none", "ignore", "evolve", "evolve_lossy", *HARNESS_STRATEGIES)
 
 #: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
 #: output (the pending evolve call stays last). It forgets every fact the tools returned.

@@ -48,6 +48,15 @@ def test_only_the_targeted_edit_carries_the_key_through_the_window(tiny_counter:
         assert not _run(lossy, 4500, tiny_counter, seed)["success"], lossy
 
 
+def test_ignoring_the_request_runs_into_the_window(tiny_counter: str):
+    """The "ignore" strategy (an imperfect demonstration) differs from "none": the harness asks, the oracle reads on."""
+    ignored = _run("ignore", 4500, tiny_counter)
+    assert ignored["truncated_reason"] == "context_window" and not ignored["success"]
+    requests = [e for e in ignored["events"] if e["event"] == "compaction_request"]
+    assert len(requests) == 1 and ignored["ledger"]["compactions"] == 0
+    assert not [e for e in _run("none", 4500, tiny_counter)["events"] if e["event"] == "compaction_request"]
+
+
 def test_the_targeted_edit_is_short_and_keeps_the_note_exactly(tiny_counter: str):
     from transformers import AutoTokenizer
 
