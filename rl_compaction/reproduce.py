@@ -161,23 +161,38 @@ def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[s
     return history
 
 
+#: the learning curve's panels: (key in the GRPO trainer's logged metrics, title)
+CURVE_PANELS = (
+    ("reward/reward", "episode reward"),
+    ("success", "success rate"),
+    ("cost/total", "cost per episode"),
+    ("compactions", "compactions per episode"),
+)
+
+
+def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
+    """(steps, values) of each `CURVE_PANELS` metric in TRL's log history (means over each step's
+    episodes); a ValueError when the history holds none of them, so an empty plot is never drawn."""
+    series = {
+        key: ([h["step"] for h in history if key in h], [h[key] for h in history if key in h])
+        for key, _ in CURVE_PANELS
+    }
+    if not any(steps for steps, _ in series.values()):
+        raise ValueError(f"the GRPO log history has none of {', '.join(k for k, _ in CURVE_PANELS)} to plot")
+    return series
+
+
 def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
-    """Reward, success, cost and compactions per GRPO step (TRL's logged means over each step's episodes)."""
+    """Reward, success, cost and compactions per GRPO step (`learning_curve`), one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [h for h in history if "reward" in h and "step" in h]
-    panels = [
-        ("reward", "episode reward"),
-        ("success", "success rate"),
-        ("cost/total", "cost per episode"),
-        ("compactions", "compactions per episode"),
-    ]
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
-    for ax, (key, label) in zip(axes, panels, strict=True):
-        ax.plot([h["step"] for h in rows if key in h], [h[key] for h in rows if key in h], marker="o", markersize=3)
+    series = learning_curve(history)
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(14, 3.2))
+    for ax, (key, label) in zip(axes, CURVE_PANELS, strict=True):
+        ax.plot(*series[key], marker="o", markersize=3)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)

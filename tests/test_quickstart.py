@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rl_compaction.quickstart import run_quickstart
-from rl_compaction.reproduce import ReproduceConfig, verdict
+from rl_compaction.reproduce import CURVE_PANELS, ReproduceConfig, learning_curve, verdict
 
 
 def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
@@ -36,6 +36,11 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
+    # the curve is drawn from what GRPO logged: every panel has the step's point
+    history = json.loads((out / "grpo" / "log_history.json").read_text())
+    assert {key: series[0] for key, series in learning_curve(history).items()} == {k: [1] for k, _ in CURVE_PANELS}
+    with pytest.raises(ValueError, match="none of reward/reward"):
+        learning_curve([{"step": 1, "loss": 0.1}])
     assert list((out / "eval" / "wandb").glob("offline-run-*"))
     with pytest.raises(FileExistsError):
         run_quickstart(out)
