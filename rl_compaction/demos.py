@@ -201,9 +201,10 @@ def _turn_failed(env: CompactionEnv, is_evolve: bool) -> bool:
     return is_evolve and (not evolves or not evolves[0]["applied"])
 
 
-def _is_answer(row: dict[str, Any]) -> bool:
-    """Whether the row's turn calls the harness's answer tool (`SUBMIT_TOOL`)."""
-    return any(c["function"]["name"] == SUBMIT_TOOL["name"] for c in row["messages"][-1]["tool_calls"] or [])
+def turn_kind(row: dict[str, Any]) -> str:
+    """What the row's trained turn does: the name of its first tool call, or "message" for plain text."""
+    calls = row["messages"][-1].get("tool_calls") or []
+    return calls[0]["function"]["name"] if calls else "message"
 
 
 def oracle_episode_rows(env: CompactionEnv, strategy: str, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -308,9 +309,10 @@ def write_demos(
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
             s["successful"] += bool(info["success"])
-            if not info["success"]:
-                # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
-                episode_rows = [r for r in episode_rows if not _is_answer(r)] if strategy in keep_failed else []
+            if not info["success"] and strategy not in keep_failed:
+                episode_rows = []
+            elif not info["success"]:  # its answer is wrong: keep the edits, never the answer (module docstring)
+                episode_rows = [r for r in episode_rows if turn_kind(r) != SUBMIT_TOOL["name"]]
             if episode_rows:
                 s["rows"] += len(episode_rows)
                 s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)

@@ -43,7 +43,7 @@ from datasets import Dataset, interleave_datasets, load_from_disk
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction import chat_format
-from rl_compaction.demos import row_observation
+from rl_compaction.demos import row_observation, turn_kind
 from rl_compaction.models import load_pretrained
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
@@ -130,12 +130,6 @@ def tokenize_row(tokenizer: Any, row: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
-def turn_kind(row: dict[str, Any]) -> str:
-    """What the row's trained turn does: the name of its first tool call, or "message" for plain text."""
-    calls = row["messages"][-1].get("tool_calls") or []
-    return calls[0]["function"]["name"] if calls else "message"
-
-
 def balance_by_kind(rows: list[dict[str, Any]], seed: int) -> Dataset:
     """Interleave the rows of each turn kind with equal probability until every kind is used up
     (`datasets.interleave_datasets`, "all_exhausted"): rare kinds repeat, none is dropped."""
@@ -160,12 +154,14 @@ def prepare_dataset(
     """Tokenise demo rows for `SFTTrainer`; rows over `max_length` tokens are dropped (and counted).
     With `turn_kinds`, only turns of those kinds are kept; with `balance_turns`, every kind of turn
     is sampled equally often (`balance_by_kind`)."""
-    if turn_kinds is not None:
-        present = {turn_kind(row) for row in demos}
-        if not set(turn_kinds) & present:
-            raise ValueError(f"no demo turn is of the kinds {list(turn_kinds)}; the demos hold {sorted(present)}")
-        demos = [row for row in demos if turn_kind(row) in turn_kinds]
-    rows = [tokenize_row(tokenizer, row) | {"kind": turn_kind(row)} for row in demos]
+    kinds = [turn_kind(row) for row in demos]
+    if turn_kinds is not None and not set(turn_kinds) & set(kinds):
+        raise ValueError(f"no demo turn is of the kinds {list(turn_kinds)}; the demos hold {sorted(set(kinds))}")
+    rows = [
+        tokenize_row(tokenizer, row) | {"kind": kind}
+        for row, kind in zip(demos, kinds, strict=True)
+        if turn_kinds is None or kind in turn_kinds
+    ]
     kept = [r for r in rows if max_length is None or len(r["input_ids"]) <= max_length]
     lengths = [len(r["input_ids"]) for r in rows]
     _log(

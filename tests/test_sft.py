@@ -16,7 +16,7 @@ from datasets import Dataset, load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction import chat_format
-from rl_compaction.demos import SUMMARY_FILE, row_messages, row_observation, write_demos
+from rl_compaction.demos import SUMMARY_FILE, row_messages, row_observation, turn_kind, write_demos
 from rl_compaction.env import EnvConfig
 from rl_compaction.models import resolve_model
 from rl_compaction.oracle import make_env
@@ -28,7 +28,6 @@ from rl_compaction.sft import (
     render_turn,
     run_sft,
     tokenize_row,
-    turn_kind,
 )
 from rl_compaction.tasks import Difficulty
 
