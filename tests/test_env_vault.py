@@ -127,3 +127,17 @@ def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: st
     tokenizer = AutoTokenizer.from_pretrained(tiny_counter.removeprefix("hf:"))
     for word in KEY_WORDS:
         assert len(tokenizer.encode(f' "{word}"', add_special_tokens=False)) == 3, word
+
+
+def test_below_two_pages_worth_the_filler_pages_get_shorter():
+    """Scale keeps scaling the log's volume below the two-filler-page minimum: same pages, fewer words."""
+
+    def filler_words(scale: float) -> list[int]:
+        task = VaultFamily().make(0, "test", Difficulty(scale=scale, level=1))
+        return [len(page.split()) - 2 for page in task._pages[1:]]  # minus the "page N" header
+
+    assert filler_words(0.05) == [1200, 1200]  # round(30 x 0.05) = 2 pages of full length
+    assert filler_words(0.02) == [360, 360]  # 0.6 pages' worth, over the two pages
+    assert filler_words(0.2) == [1200] * 6
+    task = VaultFamily().make(0, "test", Difficulty(scale=0.02, level=1))
+    assert task._key[0] in task._pages[0]  # the note page is unchanged

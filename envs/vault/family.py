@@ -9,7 +9,8 @@ of the log lets the agent recover or guess them beyond chance.
 
 Why this is the toy: turns are short (one argument-free call), the right edit is one short
 template (keep the pages with notes, drop the rest), and a tiny model can learn it on a CPU.
-`scale` multiplies the number of filler pages, so a large scale gives the long horizon.
+`scale` multiplies the number of filler pages, so a large scale gives the long horizon; below two
+pages' worth (scale < 0.05) the two filler pages get shorter instead.
 
 Levels: 1 = one fact (the key word); 2 = the word and a dial number; 3 = word, dial and a
 direction, and decoy notes about other vaults that the key must not take.
@@ -198,13 +199,17 @@ def generate(rng: random.Random, split: str, difficulty: Difficulty) -> VaultTas
     rest = notes[1:]
     rng.shuffle(rest)
     notes = notes[:1] + rest
-    fillers = max(2, round(lv.pages * difficulty.scale))
+    volume = lv.pages * difficulty.scale  # filler pages' worth of text
+    fillers = max(2, round(volume))
+    # below two pages' worth the log keeps its two filler pages and they get shorter, so the volume
+    # keeps scaling (the CPU learning test's short episodes)
+    words = lv.words if round(volume) >= 2 else max(10, round(lv.words * volume / 2))
     pages = [f"page 1\n{notes[0]}"]
     # later notes land on the first pages after the first, before the filler that follows them
     for i, note in enumerate(notes[1:], start=2):
-        pages.append(f"page {i}\n{_filler(rng, lv.words // 2)}\n{note}")
+        pages.append(f"page {i}\n{_filler(rng, words // 2)}\n{note}")
     for _ in range(fillers):
-        pages.append(f"page {len(pages) + 1}\n{_filler(rng, lv.words)}")
+        pages.append(f"page {len(pages) + 1}\n{_filler(rng, words)}")
     return VaultTask(vault, pages, key)
 
 
