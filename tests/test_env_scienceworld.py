@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sys
 
 import pytest
 
 from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
-from envs.scienceworld.oracle import BOX_MOVE, END_MARK, PLANE_FOCUS, STATUS_MARK
+from envs.scienceworld.oracle import BOX_MOVE, END_MARK, EVOLVE_CODE, PLANE_FOCUS, STATUS_MARK, next_notice, task_label
 from envs.scienceworld.simulator import Episode, SimulatorError
 from rl_compaction.demos import write_demos
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.oracle import run_oracle_episode
+from rl_compaction.sandbox import run_evolve
 from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family
 
 TOY = Difficulty(scale=0.06, level=1)  # an act output shows the room only every 17th action
@@ -131,11 +133,11 @@ def test_an_interrupted_task_comes_back_to_the_same_world(family):
 
 
 def test_simulator_errors_become_tool_errors(family):
-    broken = ScienceWorldTask(family._sim, Episode("boil", -1), view_every=1)
+    broken = ScienceWorldTask(family._sim, [Episode("boil", -1)], view_every=1)
     with pytest.raises(ToolError, match="the simulator raised java.lang.ArrayIndexOutOfBounds"):
         broken.call_tool("look", {})
     with pytest.raises(ToolError, match="could not load"):
-        ScienceWorldTask(family._sim, Episode("boil", 10**6), view_every=1).call_tool("look", {})
+        ScienceWorldTask(family._sim, [Episode("boil", 10**6)], view_every=1).call_tool("look", {})
 
     task = family.make(0, "test", TOY)
     door = next(x for x in task.oracle().plan if x.startswith("open door"))
@@ -253,3 +255,133 @@ def test_without_java_the_error_says_so(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SimulatorError, match=r"Java 8\+ must be on PATH"):
         ScienceWorldFamily().make(0, "test", TOY).initial_state()
+
+
+# ------------------------------------------------------------------ sessions (scale above 1)
+
+
+def session_seed(level: int, size: int, first: str) -> int:
+    """The first session seed of `size` tasks at `level` whose first task is `first`."""
+    types = LEVELS[level]
+    return next(k for k in range(len(types)) if types[k * size % len(types)] == first)
+
+
+def test_a_sessions_seed_plays_consecutive_single_task_seeds(family):
+    sessions = {}
+    for seed in (0, 5):
+        sessions[seed] = family.make(seed, "test", Difficulty(scale=2, level=1))
+        singles = [family.make(j, "test", TOY).episode for j in (2 * seed, 2 * seed + 1)]
+        assert [e.key for e in sessions[seed].episodes] == [e.key for e in singles]
+        again = family.make(seed, "test", Difficulty(scale=2, level=1))
+        assert [e.key for e in again.episodes] == [e.key for e in sessions[seed].episodes]  # deterministic
+    assert sessions[0].episodes[0].key != sessions[5].episodes[0].key
+    assert len(family.make(0, "test", Difficulty(scale=2.5, level=1)).episodes) == 3  # round(scale), halves up
+    assert len(family.make(0, "test", Difficulty(scale=1.4, level=1)).episodes) == 1
+
+
+def test_a_session_moves_on_when_a_task_ends_and_scores_the_mean(family):
+    task = family.make(session_seed(1, 2, "lifespan-longest-lived"), "test", Difficulty(scale=2, level=1))
+    assert [e.task_name for e in task.episodes] == ["lifespan-longest-lived", "lifespan-shortest-lived"]
+    assert "session of 2 tasks" in task.instructions and "session" not in family.make(0, "test", TOY).instructions
+    assert task.initial_state()[0]["content"].startswith("[Task 1 of 2] Task Description:\nYour task is")
+    out = task.call_tool("act", {"action": "focus on agent"})  # a wrong focus fails the first task
+    observation, notice, rest = re.split(r"\n\n(\[Task 1 of 2 is over: .*\])\n", out)
+    assert notice == "[Task 1 of 2 is over: ScienceWorld score -100/100. Task 2 of 2 follows.]"
+    assert rest.startswith("[Task 2 of 2] Task Description:\nYour task is to find the animal with the shortest")
+    assert "This room is called" in rest and STATUS_MARK not in out  # the next world's view, not the old one's
+    assert task.current == 1 and not task.over and task.score("") == 0.0
+    assert task.call_tool("task", {}).startswith("[Task 2 of 2] Task Description:")
+    for action in family._sim.gold_path(task.episode):
+        out = task.call_tool("act", {"action": action})
+        if task.over:
+            break
+    assert task.over and out.endswith(
+        f"{END_MARK}: ScienceWorld score 100/100; the session's mean score is 50/100. Call submit.]"
+    )
+    assert task.scores == [-100, 100] and task.score("") == 0.5  # a failed task counts 0
+    with pytest.raises(ToolError, match="the task is over"):
+        task.call_tool("act", {"action": "look around"})
+
+
+def act_call(i: int, action: str, output: str) -> list[dict]:
+    call = {"type": "function_call", "call_id": f"c{i}", "name": "act", "arguments": json.dumps({"action": action})}
+    return [call, {"type": "function_call_output", "call_id": f"c{i}", "output": output}]
+
+
+def test_the_targeted_edit_keeps_only_the_current_tasks_material():
+    """Task 1's reading, calls and opening go; task 2's start, reading and plane move stay, cut to the
+    observation; the two newest calls keep their views; a harness request and the old evolve round trip go."""
+    view = f"\n\n{STATUS_MARK}\nThis room is called the workshop. In it, you see: a stopwatch"
+    state = [{"type": "message", "role": "user", "content": "[Task 1 of 3] Your task is to measure ..."}]
+    state += act_call(
+        1,
+        "use thermometer in inventory on water",
+        "the thermometer measures a temperature of 20 degrees celsius" + view,
+    )
+    state += act_call(2, "focus on orange box", "You focus on the orange box." + view)
+    state += act_call(
+        3, "move water to orange box", "moved.\n\n" + next_notice(1, 3, 100) + "\n[Task 2 of 3] Your task is ..."
+    )
+    state += act_call(4, "look around", "This room is called the workshop." + view)
+    state += act_call(5, "move block to inclined plane a", "You move the block." + view)
+    state += act_call(6, "look at stopwatch", "The time reads 31 ticks." + view)
+    state += [{"type": "message", "role": "user", "content": "[harness] compact"}, *evolve("return state;")]
+    state += [{"type": "function_call_output", "call_id": "t_evolve", "output": "{}"}]
+    state += act_call(7, "look at inclined plane a", "a block 40% down" + view)
+    state += act_call(8, "wait1", "You wait." + view)
+    pending = {"type": "function_call", "call_id": "e2", "name": "evolve", "arguments": "{}"}
+    result = run_evolve(state + [pending], EVOLVE_CODE)
+    kept = {x["call_id"]: x.get("output") for x in result.state if x["type"] == "function_call_output"}
+    assert list(kept) == ["c3", "c5", "c6", "c7", "c8"] and result.state[-1] == pending
+    assert kept["c3"].endswith("[Task 2 of 3] Your task is ...")
+    assert (kept["c5"], kept["c6"]) == ("You move the block.", "The time reads 31 ticks.")
+    assert kept["c7"].endswith(view) and kept["c8"].endswith(view)
+    assert not any(x["type"] == "message" for x in result.state)  # task 1's opening and the request
+    before_the_end = state[:5] + act_call(9, "wait1", "You wait." + view) + act_call(10, "wait1", "You wait." + view)
+    single = run_evolve(before_the_end + [pending], EVOLVE_CODE).state  # no task over yet: task 1 keeps its opening
+    assert [x.get("call_id") for x in single] == [None, "c1", "c1", "c9", "c9", "c10", "c10", "e2"]
+    assert single[2]["output"] == "the thermometer measures a temperature of 20 degrees celsius"
+
+
+def test_the_oracle_reads_only_the_current_tasks_calls():
+    from envs.scienceworld.oracle import Call, current_calls, plane_times, task_text
+
+    calls = [
+        Call("act", "move block to inclined plane a", "You move the block."),
+        Call("act", "look at stopwatch", "The time reads 12 ticks."),
+        Call(
+            "act", "focus on inclined plane a", "Done.\n\n" + next_notice(1, 2, 100) + "\n[Task 2 of 2] Your task is x"
+        ),
+        Call("act", "look around", "This room is called the workshop."),
+    ]
+    current = current_calls(calls)
+    assert [c.action for c in current] == ["", "look around"] and current[0].output.startswith("[Task 1 of 2 is over")
+    assert (
+        plane_times(calls) == {"inclined plane a": 12} and plane_times(current) == {}
+    )  # task 1's reading is not task 2's
+    state = [{"type": "message", "role": "user", "content": "[Task 1 of 2] Your task is y"}]
+    state += act_call(3, "focus on inclined plane a", calls[2].output)
+    assert task_text(state, current, task_label(2, 2)) == "[Task 2 of 2] Your task is x"
+    assert task_text(state[:1], current, task_label(2, 2)) is None  # task 1's description is no answer
+
+
+def test_the_oracle_plays_a_session_through_its_own_compaction(family):
+    """Compaction in the second task drops the first; the oracle keeps its reading and solves both."""
+    seed = session_seed(1, 5, "lifespan-shortest-lived")
+    env = env_on(family, Difficulty(scale=5, level=1))
+    obs, _ = env.reset(seed=seed)
+    assert [e.task_name for e in env.task.episodes[:2]] == ["lifespan-shortest-lived", "use-thermometer"]
+    oracle = env.task.oracle()
+    while oracle.task == 0 or not BOX_MOVE.match(oracle.plan[oracle.next]):
+        obs, *_ = env.step(oracle.act(obs["state"]))
+    assert "[Task 1 of 5]" in json.dumps(obs["state"])
+    obs, *_ = env.step(evolve(oracle.evolve_code(obs["state"])))
+    text = json.dumps(obs["state"])
+    assert "[Task 1 of 5]" not in text and "[Task 2 of 5]" in text and "measures a temperature of" in text
+    assert len(obs["state"]) < 12  # task 1's calls and task 2's stale views are gone
+    turn = oracle.act(obs["state"])
+    assert BOX_MOVE.match(json.loads(turn[0]["arguments"])["action"])  # the reading was kept: no re-measuring
+    while env.task.current < 2:
+        obs, *_ = env.step(turn)
+        turn = oracle.act(obs["state"])
+    assert env.task.scores[:2] == [100, 100] and oracle.task == 2

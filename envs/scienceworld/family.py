@@ -13,11 +13,17 @@ turn up once, among room descriptions that go stale. `Difficulty.scale` sets how
 output also shows the room and the inventory after the action (ScienceWorld's free look and
 inventory, the view SwiftSage-style agents are given): after every action at 1.0, after every
 round(1/scale)-th below it. Those views are what piles up; at 1.0 the long task types outgrow a
-32k window. `Difficulty.level` picks the task types by horizon (see `LEVELS`).
+32k window. Above 1.0, scale makes an episode a *session* of round(scale) tasks played one after
+another (views after every action): the act output that ends one task gives the next task's
+description and first view, the agent submits once after the last, and the score is the mean of
+ScienceWorld's scores of the tasks. Each task's deciding facts stay within it, so a session's
+context grows past 200k tokens while what the current task needs stays small: the horizon where
+compaction pays. `Difficulty.level` picks the task types by horizon (see `LEVELS`).
 
-Seeds enumerate the split: seed k plays task type ``LEVELS[level][k % n]`` in the
-``k // n``-th variation of that type's split (wrapping around), so seeds 0..n-1 cover every
-type of the level once.
+Seeds enumerate the split: with m types at the level and sessions of s tasks, seed k plays the
+single tasks k*s .. k*s+s-1, single task j being type ``LEVELS[level][j % m]`` in the ``j // m``-th
+variation of that type's split (wrapping around). So with one task per episode seeds 0..m-1 cover
+every type of the level once, and a session never repeats a type when s <= m.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from __future__ import annotations
 import copy
 import subprocess
 import weakref
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from envs.scienceworld.oracle import STATUS_MARK, ScienceWorldOracle, end_notice
+from envs.scienceworld.oracle import STATUS_MARK, ScienceWorldOracle, end_notice, next_notice, task_label
 from envs.scienceworld.simulator import Episode, Simulator, SimulatorError
 from rl_compaction.state import State
 from rl_compaction.tasks import (
@@ -130,26 +137,60 @@ INVENTORY_TOOL = function_tool("inventory", "List what you carry (no time passes
 TASK_TOOL = function_tool("task", "Show the task description again.", {}, [])
 TOOLS = (ACT_TOOL, LOOK_TOOL, INVENTORY_TOOL, TASK_TOOL)
 
+SESSION_INSTRUCTIONS = """
+
+This episode is a session of {n} tasks, each in its own world, played one after another. When an act \
+output says "[Task k of {n} is over ...]", the same output gives the next task's description and its \
+first view, and from then on act, look, inventory and task concern the next task. Call submit once, \
+after the last task is over: the score is the mean of the {n} tasks' scores (a task not finished \
+keeps the partial score it reached, a task not started scores 0)."""
+
+
+def session_length(scale: float) -> int:
+    """Tasks per episode: round(scale) above 1.0 (rounding halves up), otherwise one."""
+    return max(1, int(scale + 0.5))
+
 
 class ScienceWorldTask(Task):
-    """One ScienceWorld task variation, played in the family's simulator process."""
+    """A ScienceWorld task variation, or a session of several played one after another (module
+    docstring), in the family's simulator process."""
 
     family: ClassVar[str] = "scienceworld"
     instructions = INSTRUCTIONS
 
-    def __init__(self, simulator: Simulator, episode: Episode, view_every: int):
+    def __init__(self, simulator: Simulator, episodes: Sequence[Episode], view_every: int):
+        if not episodes:
+            raise ValueError("a ScienceWorld task needs at least one episode")
         self._sim = simulator
-        self.episode = episode
+        self.episodes = tuple(episodes)
         self.view_every = view_every
-        self.sw_score = 0  # ScienceWorld's score after the last action, -100..100
-        self.over = False
+        self.current = 0  # index of the task being played
+        self.scores = [0] * len(self.episodes)  # ScienceWorld's score of each task so far, -100..100
+        self.over = False  # the last task is over
+        if len(self.episodes) > 1:
+            self.instructions = INSTRUCTIONS + SESSION_INSTRUCTIONS.format(n=len(self.episodes))
+
+    @property
+    def episode(self) -> Episode:
+        """The task being played."""
+        return self.episodes[self.current]
+
+    @property
+    def sw_score(self) -> int:
+        """ScienceWorld's score of the task being played after its last action, -100..100."""
+        return self.scores[self.current]
+
+    def label(self, index: int) -> str:
+        """What heads task `index`'s description in a session ("[Task 3 of 8] "); "" for a single task."""
+        return task_label(index + 1, len(self.episodes)) + " " if len(self.episodes) > 1 else ""
 
     def tools(self) -> list[dict[str, Any]]:
         return copy.deepcopy(list(TOOLS))
 
     def initial_state(self) -> State:
-        description, opening = self._sim.opening(self.episode)
-        return [{"type": "message", "role": "user", "content": f"{description.strip()}\n\n{opening.strip()}"}]
+        description, opening = self._sim.opening(self.episodes[0])
+        content = f"{self.label(0)}{description.strip()}\n\n{opening.strip()}"
+        return [{"type": "message", "role": "user", "content": content}]
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name not in {t["name"] for t in TOOLS}:
@@ -157,7 +198,7 @@ class ScienceWorldTask(Task):
         if name != "act":
             check_arguments(name, arguments, {})
             read = {"look": self._sim.look, "inventory": self._sim.inventory, "task": self._sim.task_description}
-            return self._simulate(read[name]).strip()
+            return ("" if name != "task" else self.label(self.current)) + self._simulate(read[name]).strip()
         action = check_arguments(name, arguments, {"action": str})["action"].strip()
         if not action:
             raise ToolError("act: 'action' is empty; give one ScienceWorld action, e.g. 'look around'")
@@ -166,8 +207,12 @@ class ScienceWorldTask(Task):
         if self.over:
             raise ToolError(f"the task is over (ScienceWorld score {self.sw_score}/100): call submit")
         outcome = self._simulate(self._sim.step, action)
-        self.sw_score, self.over = outcome.score, outcome.completed or outcome.score < 0
+        self.scores[self.current] = outcome.score
+        ended = outcome.completed or outcome.score < 0
         text = outcome.observation.strip()
+        if ended and self.current + 1 < len(self.episodes):
+            return f"{text}\n\n{next_notice(self.current + 1, len(self.episodes), outcome.score)}\n{self._start_next()}"
+        self.over = ended
         if self.episode.moves % self.view_every == 0:
             try:  # the action has happened: a failing view must not make it look as if it had not
                 view = f"{self._sim.look(self.episode).strip()}\n{self._sim.inventory(self.episode).strip()}"
@@ -175,8 +220,22 @@ class ScienceWorldTask(Task):
                 view = f"(no view: {e})"
             text += f"\n\n{STATUS_MARK}\n{view}"
         if self.over:
-            text += "\n\n" + end_notice(self.sw_score)
+            text += "\n\n" + end_notice(self.sw_score, self.mean_score() if len(self.episodes) > 1 else None)
         return text
+
+    def _start_next(self) -> str:
+        """Move the session on to its next task and show its description and first view (the finished
+        world's view would only be stale)."""
+        self.current += 1
+        try:  # the finishing action has happened: a failing load must not make it look as if it had not
+            description, opening = self._sim.opening(self.episode)
+        except SimulatorError as e:
+            return f"{self.label(self.current)}(could not show it: {e}; call task() and look())"
+        return f"{self.label(self.current)}{description.strip()}\n\n{opening.strip()}"
+
+    def mean_score(self) -> int:
+        """The session's score so far on ScienceWorld's 0-100 scale: each task's score clipped at 0, averaged."""
+        return round(sum(max(0, min(100, s)) for s in self.scores) / len(self.scores))
 
     def _simulate(self, fn: Any, *args: Any) -> Any:
         try:
@@ -185,11 +244,13 @@ class ScienceWorldTask(Task):
             raise ToolError(str(e)) from None
 
     def score(self, answer: str) -> float:
-        """ScienceWorld's score when the agent submits (the answer text is not scored), in [0, 1]."""
-        return max(0, min(100, self.sw_score)) / 100
+        """ScienceWorld's score when the agent submits (the answer text is not scored), in [0, 1]; in a
+        session the mean over its tasks."""
+        return sum(max(0, min(100, s)) for s in self.scores) / 100 / len(self.scores)
 
     def oracle(self) -> Oracle:
-        return ScienceWorldOracle(self.episode.task_name, self._sim.gold_path(self.episode))
+        episodes = self.episodes
+        return ScienceWorldOracle([e.task_name for e in episodes], lambda i: self._sim.gold_path(episodes[i]))
 
 
 class ScienceWorldFamily(TaskFamily):
@@ -212,11 +273,13 @@ class ScienceWorldFamily(TaskFamily):
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-        types = LEVELS[difficulty.level]
-        task_name = types[seed % len(types)]
-        variations = self.variations(task_name, split)
-        episode = Episode(task_name, variations[seed // len(types) % len(variations)])
-        return ScienceWorldTask(self._sim, episode, view_every=max(1, round(1 / difficulty.scale)))
+        types, size = LEVELS[difficulty.level], session_length(difficulty.scale)
+        episodes = []
+        for single in range(seed * size, (seed + 1) * size):
+            task_name = types[single % len(types)]
+            variations = self.variations(task_name, split)
+            episodes.append(Episode(task_name, variations[single // len(types) % len(variations)]))
+        return ScienceWorldTask(self._sim, episodes, view_every=max(1, round(1 / difficulty.scale)))
 
     def variations(self, task_name: str, split: str) -> tuple[int, ...]:
         """ScienceWorld's own variation indices of `task_name` for `split` (train / validation / test)."""

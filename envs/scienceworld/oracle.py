@@ -19,8 +19,12 @@ observation is checked against the State as it is now:
     A lost reading cannot be observed again without redoing the experiment, so the oracle gives up.
 - A decision that needs the task description, when compaction removed it, reads it again with `task`.
 
-Its memory besides the State is procedure, never a fact: its place in the gold path and how many
-re-observations it made for the current step.
+In a session (several tasks played one after another) it follows each task's gold path in turn,
+moving on when the newest output says the task is over, and reads only what the State holds since
+that output: an earlier task's readings and views are another world's.
+
+Its memory besides the State is procedure, never a fact: which task it is on, its place in that
+task's gold path and how many re-observations it made for the current step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +43,8 @@ from rl_compaction.tasks import Oracle
 #: heads the room view and inventory an act output carries (`Difficulty.scale`)
 STATUS_MARK = "[around you now]"
 END_MARK = "[The task is over"
+#: what an act output that ends one task of a session, not its last, says (`next_notice`)
+NEXT_MARK = re.compile(r"\[Task (\d+) of (\d+) is over: ")
 
 VIEW = re.compile(r"This (?:room|outside location) is called the ")
 TEMPERATURE = re.compile(r"measures a temperature of (-?\d+(?:\.\d+)?) degrees celsius")
@@ -61,9 +68,20 @@ _STOP = {"a", "an", "the", "in", "on", "to", "of", "and", "with", "containing", 
 _STOP |= {"living", "thing", "organism", "plant", "animal"}
 
 
-def end_notice(score: int) -> str:
-    """What an act output ends with once ScienceWorld says the task is over."""
-    return f"{END_MARK}: ScienceWorld score {score}/100. Call submit.]"
+def end_notice(score: int, mean: int | None = None) -> str:
+    """What an act output ends with once ScienceWorld says the (last) task is over; `mean` is a session's."""
+    session = "" if mean is None else f"; the session's mean score is {mean}/100"
+    return f"{END_MARK}: ScienceWorld score {score}/100{session}. Call submit.]"
+
+
+def next_notice(number: int, of: int, score: int) -> str:
+    """What heads the output that ends task `number` of a session's `of` and starts the next one."""
+    return f"[Task {number} of {of} is over: ScienceWorld score {score}/100. Task {number + 1} of {of} follows.]"
+
+
+def task_label(number: int, of: int) -> str:
+    """What heads the description of task `number` of a session's `of` (its opening and `task` outputs)."""
+    return f"[Task {number} of {of}]"
 
 
 @dataclass(frozen=True)
@@ -94,8 +112,22 @@ def read_calls(state: State) -> list[Call]:
     return calls
 
 
-def task_text(state: State, calls: list[Call]) -> str | None:
-    """The task description in the State: the opening message, or the newest `task` output."""
+def current_calls(calls: list[Call]) -> list[Call]:
+    """The calls of the task being played: those after the newest output that ended a session's task,
+    that output cut to what follows its notice (the next task's description and first view)."""
+    ends = [i for i, c in enumerate(calls) if c.output and NEXT_MARK.search(c.output)]
+    if not ends:
+        return calls
+    start = calls[ends[-1]]
+    return [Call(start.name, "", start.output[NEXT_MARK.search(start.output).start() :]), *calls[ends[-1] + 1 :]]
+
+
+def task_text(state: State, calls: list[Call], label: str = "") -> str | None:
+    """The task description in the State: the opening message, or the newest `task` output. In a
+    session, the newest text headed by the task's `label` ("[Task 3 of 8]"), from the label on."""
+    if label:
+        texts = (text_of(x.get("content", x.get("output", ""))) for x in reversed(state))
+        return next((t[t.index(label) :] for t in texts if label in t), None)
     for item in state:
         if item.get("type", "message") == "message" and item.get("role") == "user":
             if "Your task is" in (text := text_of(item.get("content", ""))):
@@ -158,19 +190,45 @@ SEE_AGAIN = (Next("look", {}), Next("act", {"action": "objects"}), Next("invento
 
 
 class ScienceWorldOracle(Oracle):
-    """Follows `plan` (the gold path), reading every observed fact from the State (module docstring)."""
+    """Follows each task's plan (its gold path) in turn, reading every observed fact from the State
+    (module docstring). `task_names` are the session's task types (one for a single task);
+    `plan_of(i)` gives task i's plan, asked for only when the task starts, so that generating it
+    reloads no other world in between (ScienceWorld may list a reloaded room in another order)."""
 
-    def __init__(self, task_name: str, plan: tuple[str, ...]):
-        self.task_name = task_name
-        self.plan = plan
-        self.next = 0  # the place in the plan
+    def __init__(self, task_names: list[str], plan_of: Callable[[int], tuple[str, ...]]):
+        if not task_names:
+            raise ValueError("the oracle needs at least one task")
+        self.task_names = task_names
+        self._plan_of = plan_of
+        self._plans: dict[int, tuple[str, ...]] = {}
+        self.task = 0  # which task is being played
+        self.next = 0  # the place in its plan
         self.asked: Counter[str] = Counter()  # re-observations made for the step at `next`, by what was missing
+
+    @property
+    def task_name(self) -> str:
+        return self.task_names[self.task]
+
+    @property
+    def plan(self) -> tuple[str, ...]:
+        if self.task not in self._plans:
+            self._plans[self.task] = self._plan_of(self.task)
+        return self._plans[self.task]
+
+    @property
+    def label(self) -> str:
+        """What heads the current task's description in a session; "" for a single task."""
+        return task_label(self.task + 1, len(self.task_names)) if len(self.task_names) > 1 else ""
 
     def act(self, state: State) -> list[dict[str, Any]]:
         calls = read_calls(state)
         last = calls[-1].output if calls else None
         if last is not None and (END_MARK in last or "the task is over" in last):
             return self._submit(state, "done")
+        if last is not None and (m := NEXT_MARK.search(last)) and int(m.group(1)) == self.task + 1:
+            self.task, self.next = self.task + 1, 0
+            self.asked.clear()
+        calls = current_calls(calls)
         if self.next >= len(self.plan):
             return self._submit(state, "the gold path is done")
         try:
@@ -210,7 +268,7 @@ class ScienceWorldOracle(Oracle):
 
     def _rule(self, state: State, calls: list[Call], pattern: re.Pattern) -> re.Match | Next:
         """The task's decision rule from the description in the State, or a `task` call to read it again."""
-        text = task_text(state, calls)
+        text = task_text(state, calls, self.label)
         if text is None:
             return self._again("task", "the task description", (Next("task", {}),))
         if (rule := pattern.search(text)) is None:
@@ -271,32 +329,24 @@ def _with_box(action: str, box: str) -> str:
     return f"move {BOX_MOVE.match(action).group(1)} to {box} box"
 
 
-#: The targeted edit: keep the messages (not the harness's requests), the two newest tool calls, and
-#: the calls whose outputs hold a deciding fact (a thermometer or stopwatch reading, a recipe) or pair
-#: one with its plane (`move block to inclined plane ...`); cut the stale room view off every kept output but the
-#: newest two; drop the rest and earlier evolve round trips. The pending call stays last.
+#: The targeted edit: in a session, drop everything before the call whose output started the current
+#: task (finished tasks' calls, readings and views). Of the rest keep the messages (not the harness's
+#: requests), the two newest tool calls, and the calls whose observation (the output less its room
+#: view) holds a deciding fact (a thermometer or stopwatch reading, a recipe) or starts the task, or
+#: that pair a reading with its plane (`move block to inclined plane ...`), cut to that observation;
+#: drop the rest and earlier evolve round trips. The pending call stays last.
 EVOLVE_CODE = r"""
-const pending = state[state.length - 1];
-const body = state.slice(0, -1);
-const FACT = /measures a temperature of|The time reads|The recipe reads/;
-const MARK = "\n\n" + __MARK__;
-const outputs = new Map(body.filter(x => x.type === "function_call_output").map(x => [x.call_id, x]));
+const pending = state.pop();
+const start = state.findLastIndex(x => /\[Task \d+ of \d+ is over: /.test(x.output));
+const body = state.slice(Math.max(start - 1, 0));
 const calls = body.filter(x => x.type === "function_call" && x.name !== "evolve");
-const recent = new Set(calls.slice(-2).map(x => x.call_id));
-const keep = new Set(calls.filter(x => {
-  const out = outputs.get(x.call_id);
-  const pairsPlane = /"action": *"move [^"]* to inclined plane/i.test(x.arguments);
-  return recent.has(x.call_id) || FACT.test(out ? out.output : "") || pairsPlane;
-}).map(x => x.call_id));
-const kept = [];
-for (const x of body) {
-  if (x.type === "message") { if (!String(x.content).startsWith("[harness]")) kept.push(x); continue; }
-  if (!keep.has(x.call_id)) continue;
-  if (x.type === "function_call_output" && !recent.has(x.call_id) && typeof x.output === "string") {
-    const cut = x.output.indexOf(MARK);
-    if (cut >= 0) x.output = x.output.slice(0, cut);
-  }
-  kept.push(x);
+const kept = body.filter(x => x.type === "message" && !String(x.content).startsWith("[harness]"));
+const FACT = /measures a temperature of|The time reads|The recipe reads|\[Task \d+ of \d+ is over: /;
+for (const x of calls) {
+  const out = body.find(y => y.type === "function_call_output" && y.call_id === x.call_id);
+  const seen = out.output.split(__MARK__)[0];
+  if (calls.indexOf(x) >= calls.length - 2) kept.push(x, out);
+  else if (FACT.test(seen) || /"move [^"]* to inclined plane/.test(x.arguments)) kept.push(x, {...out, output: seen});
 }
 return [...kept, pending];
-""".replace("__MARK__", json.dumps(STATUS_MARK))
+""".replace("__MARK__", json.dumps("\n\n" + STATUS_MARK))
