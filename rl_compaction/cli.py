@@ -253,6 +253,7 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
             config = EnvConfig(
                 context_window=args.context_window,
                 compaction_threshold=args.compaction_threshold,
+                max_turns=args.max_turns,
                 tokenizer=args.tokenizer,
                 cache_preset=args.cache_preset,
             )
@@ -563,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument("--context-window", type=int, default=1_000_000)
             p.add_argument("--compaction-threshold", type=int, default=None, help="default: 75%% of the window")
+            p.add_argument(
+                "--max-turns", type=int, default=400, help="turn limit per episode (long sessions need more)"
+            )
             p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
     return parser
 

@@ -142,6 +142,14 @@ def test_envs_oracle_table():
     assert "100% [" in rows["none"]
 
 
+def test_envs_oracle_max_turns_cuts_episodes_off():
+    """Long sessions need more than the env's default 400 turns; a short limit truncates every episode."""
+    r = cli("envs", "oracle", "probe", "--episodes", "2", "--scale", "0.06", "--max-turns", "2")
+    assert r.returncode == 0, r.stderr
+    row = r.stdout.splitlines()[3]
+    assert row.split()[0] == "none" and "0% [" in row and row.rstrip().endswith("2/2")
+
+
 # -- hardening (issue 9): in-process, as the fuzz test does --------------------------------------
 
 
