@@ -12,8 +12,9 @@ validation episodes (the oracle's, so every model is asked the same thing), the 
 targeted edit's turn against a read turn, teacher-forced. It is exact, where sampled validation
 reward at this size is not (one checkpoint's window rate was 2/32 to 9/32 depending on batching).
 Measured on the CPU machine: mean log-odds 2.38 before, 3.55 after ten GRPO steps; with the
-advantage sign flipped 1.00 and with the mask inverted (the harness's tokens trained, not the
-model's) 2.45, so either error fails the test (README, status, has the table).
+advantage sign flipped 1.00, with the mask inverted (the harness's tokens trained, not the model's)
+2.45, and with each episode given another's advantage (reversed within its group) 1.59: each of
+these errors fails the test (README, status, has the table).
 """
 
 from __future__ import annotations
