@@ -309,10 +309,10 @@ def write_demos(
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
             s["successful"] += bool(info["success"])
-            if not info["success"] and strategy not in keep_failed:
-                episode_rows = []
-            elif not info["success"]:  # its answer is wrong: keep the edits, never the answer (module docstring)
-                episode_rows = [r for r in episode_rows if turn_kind(r) != SUBMIT_TOOL["name"]]
+            if not info["success"]:
+                # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
+                answer = SUBMIT_TOOL["name"]
+                episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if strategy in keep_failed else []
             if episode_rows:
                 s["rows"] += len(episode_rows)
                 s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
