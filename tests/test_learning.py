@@ -24,13 +24,11 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig
 
 from rl_compaction.demos import turn_kind, write_demos
 from rl_compaction.models import build_tiny_model
+from rl_compaction.reproduce import ReproduceConfig, run_grpo
 from rl_compaction.sft import render_turn, train_sft
-from rl_compaction.train import build_trainer
-from rl_compaction.trainer import CompactionGRPOConfig
 
 #: vault level 1 with two short filler pages (~640 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window
@@ -71,37 +69,25 @@ def answer_log_odds(model_dir: Path, turns: list[tuple[str, str, str]]) -> float
     return statistics.mean(logp(prompt, edit) - logp(prompt, read) for prompt, edit, read in turns)
 
 
-def grpo_config(output_dir: Path) -> CompactionGRPOConfig:
-    """Ten GRPO steps, each on one training task's group of 8 episodes."""
-    return CompactionGRPOConfig(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        seed=0,
-        families=["vault"],
-        difficulty_scale=TASK["scale"],
-        difficulty_level=TASK["level"],
-        context_window=TASK["context_window"],
-        compaction_threshold=TASK["compaction_threshold"],
-        max_turns=10,
-        train_tasks=64,
-        num_generations=8,
-        per_device_train_batch_size=1,
-        gradient_accumulation_steps=8,
-        max_completion_length=96,
-        temperature=TEMPERATURE,
-        learning_rate=1e-4,  # at 1e-3 the first steps broke the evolve calls and it stopped compacting
-        lr_scheduler_type="constant",
-        loss_type="dapo",
-        scale_rewards="group",
-        beta=0.0,
-        max_steps=10,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        bf16=False,
-        activation_checkpointing=False,
-        disable_tqdm=True,
-    )
+#: ten GRPO steps, each on one training task's group of 8 episodes (`CompactionGRPOConfig` fields)
+GRPO = {
+    "seed": 0,
+    "max_turns": 10,
+    "train_tasks": 64,
+    "num_generations": 8,
+    "per_device_train_batch_size": 1,
+    "gradient_accumulation_steps": 8,
+    "max_completion_length": 96,
+    "temperature": TEMPERATURE,
+    "learning_rate": 1e-4,  # at 1e-3 the first steps broke the evolve calls and it stopped compacting
+    "lr_scheduler_type": "constant",
+    "loss_type": "dapo",
+    "scale_rewards": "group",
+    "beta": 0.0,
+    "max_steps": 10,
+    "logging_steps": 1,
+    "disable_tqdm": True,
+}
 
 
 def weak_start(tmp_path: Path) -> tuple[Path, Path]:
@@ -151,11 +137,10 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
     weak, tokenizer = weak_start(tmp_path)
     turns = first_request_turns(tokenizer, tmp_path / "validation")
     before = answer_log_odds(weak, turns)
-    trainer = build_trainer(grpo_config(tmp_path / "grpo"), ModelConfig(model_name_or_path=str(weak)))
-    trainer.train()
-    trainer.save_model(str(tmp_path / "grpo"))
+    config = ReproduceConfig(family="vault", **TASK, grpo=GRPO)
+    history = run_grpo(config, weak, tmp_path / "grpo")  # the reproduction's own GRPO stage
     after = answer_log_odds(tmp_path / "grpo", turns)
-    rewards = [h["reward/reward"] for h in trainer.state.log_history if "reward/reward" in h]
+    rewards = [h["reward/reward"] for h in history if "reward/reward" in h]
     print(
         f"validation log-odds of answering the request: {before:.2f} before GRPO, {after:.2f} after; rewards {rewards}"
     )
