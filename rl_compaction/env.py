@@ -483,7 +483,15 @@ class CompactionEnv(gym.Env):
             self._last_evolve_tokens += evolve_tokens
             self._last_evolve_applied = outcome.applied
         self._requested = False if outcome.applied else self._requested
-        self.events.append({"turn": self.turn, "event": "evolve", **outcome.receipt})
+        self.events.append(
+            {
+                "turn": self.turn,
+                "event": "evolve",
+                "by": "harness" if by_harness else "model",
+                "selection": outcome.selection,
+                **outcome.receipt,
+            }
+        )
         if outcome.applied:
             self.state_versions.append(
                 {
@@ -548,11 +556,19 @@ class CompactionEnv(gym.Env):
             "truncated_reason": truncated_reason,
             "turns": self.turn,
             "ledger": self.ledger.totals(),
+            **edit_counts(self.events),
             "ledger_rows": [row.to_dict() for row in self.ledger.rows],
             "events": self.events,
             "task_seed": self.task_seed,
             "config": {k: v for k, v in asdict(self.config).items() if k != "sandbox"},
         }
+
+
+def edit_counts(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The model's applied edits (`model_edits`) and how many of them only selected
+    (`selection_edits`, `rl_compaction.evolve.is_selection`), from an episode's events."""
+    edits = [e for e in events if e["event"] == "evolve" and e.get("by") == "model" and e.get("applied")]
+    return {"model_edits": len(edits), "selection_edits": sum(bool(e.get("selection")) for e in edits)}
 
 
 def _output(call: dict[str, Any], payload: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.policies.base import Policy, ScriptedPolicy
-from rl_compaction.reports import progress_bar, render_table, wilson_interval
+from rl_compaction.reports import format_share, progress_bar, render_table, selection_share, wilson_interval
 from rl_compaction.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
 from rl_compaction.state import clip
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
@@ -188,6 +188,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         "cached_share": avg([x["cached_share"] for x in ledgers]),
         "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
         "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
+        "selection_share": selection_share(infos),
         "evolve_failures_per_episode": avg([x["evolve_failures"] for x in ledgers]),
         "evolve_failure_rate": (sum(x["evolve_failures"] for x in ledgers) / sum(evolve_calls))
         if sum(evolve_calls)
@@ -218,6 +219,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "cache%",
         "peak ctx",
         "compact/ep",
+        "select%",
         "evolve fail",
         "wall s/ep",
     ]
@@ -240,6 +242,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions_per_episode']:.1f}",
+                format_share(r.get("selection_share")),
                 f"{r['evolve_failure_rate']:.0%}",
                 f"{r['mean_wall_s']:.1f}",
             ]
@@ -247,7 +250,8 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
     legend = (
         "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
         "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
-        "generated tokens reading the KV cache of the context); cache% = share of input tokens read from the cache"
+        "generated tokens reading the KV cache of the context); cache% = share of input tokens read from the cache; "
+        "select% = share of the model's applied edits that only selected items (kept exactly, nothing retyped)"
     )
     return render_table(table) + "\n" + legend
 
@@ -399,6 +403,7 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
         "cached_share",
         "peak_context",
         "compactions_per_episode",
+        "selection_share",
         "evolve_failure_rate",
         "mean_wall_s",
     ]
@@ -413,6 +418,7 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
             r["cached_share"],
             r["peak_context"],
             r["compactions_per_episode"],
+            r["selection_share"],
             r["evolve_failure_rate"],
             r["mean_wall_s"],
         )

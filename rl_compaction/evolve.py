@@ -91,14 +91,27 @@ def evolve_code_of(call: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class EvolveOutcome:
-    """The State to continue from (receipt appended), the receipt, and whether the edit applied."""
+    """The State to continue from (receipt appended), the receipt, whether the edit applied and
+    whether it was a selection (`is_selection`)."""
 
     state: State
     receipt: dict[str, Any]
+    selection: bool = False
 
     @property
     def applied(self) -> bool:
         return bool(self.receipt["applied"])
+
+
+def is_selection(before: State, after: State) -> bool:
+    """Whether `after` only selects: every item of it is an item of `before`, unchanged. Such an edit
+    keeps its material exactly and generates no content; one that writes a new or changed item (a
+    summary, a retyped fact) pays output tokens for it and breaks the cached prefix where it lands.
+    This is the cheap-edit share that training and eval report. It is judged by the result, so an
+    item retyped into exactly the words it had counts as kept: its tokens and cached prefix are the
+    same, and the retyping is priced by the evolve call's own tokens."""
+    kept = {json.dumps(item, sort_keys=True, ensure_ascii=False) for item in before}
+    return all(json.dumps(item, sort_keys=True, ensure_ascii=False) in kept for item in after)
 
 
 def apply_evolve(
@@ -152,7 +165,7 @@ def apply_evolve(
         receipt = {"applied": True, **metrics}
         base = new_state
     item = {"type": "function_call_output", "call_id": call_id, "output": json.dumps(receipt, ensure_ascii=False)}
-    return EvolveOutcome(base + [item], receipt)
+    return EvolveOutcome(base + [item], receipt, new_state is not None and is_selection(current, new_state))
 
 
 def _receipt_error(message: str) -> str:

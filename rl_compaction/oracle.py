@@ -17,10 +17,15 @@ from rl_compaction.tasks import Difficulty, Oracle
 
 #: "none": no compaction (and no request); "ignore": the harness asks for compaction and the oracle
 #: reads on, until the window ends the episode; "evolve": the oracle answers compaction requests
-#: with its own targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE`
-#: ("ignore" and "evolve_lossy" are imperfect strategies for demonstrations, so RL has something to
-#: fix); the others are harness strategies run at the threshold.
-ORACLE_STRATEGIES = ("none", "ignore", "evolve", "evolve_lossy", *HARNESS_STRATEGIES)
+#: with its own targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE`;
+#: "evolve_summary": it answers them with its family's summary edit (`Oracle.summary_code`: the
+#: facts retyped into one new message, which succeeds as often but costs more); "ignore",
+#: "evolve_lossy" and "evolve_summary" are imperfect strategies for demonstrations, so RL has
+#: something to fix on success and on cost; the others are harness strategies run at the threshold.
+ORACLE_STRATEGIES = ("none", "ignore", "evolve", "evolve_lossy", "evolve_summary", *HARNESS_STRATEGIES)
+
+#: the edit an evolve strategy answers requests with
+EDITS = {"evolve": "targeted", "evolve_lossy": "lossy", "evolve_summary": "summary"}
 
 #: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
 #: output (the pending evolve call stays last). It forgets every fact the tools returned.
@@ -29,19 +34,31 @@ LOSSY_EVOLVE_CODE = 'return state.filter((x, i) => x.type === "message" || i ===
 
 class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
-    evolve call carrying the oracle's targeted code (or `LOSSY_EVOLVE_CODE` when `lossy`);
-    otherwise requests are ignored."""
+    evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy") or
+    its summary code ("summary"); otherwise requests are ignored."""
 
-    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, lossy: bool = False):
-        self.oracle, self.env, self.use_evolve, self.lossy = oracle, env, use_evolve, lossy
+    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted"):
+        if edit not in EDITS.values():
+            raise ValueError(f"unknown edit {edit!r}; choose from {', '.join(EDITS.values())}")
+        self.oracle, self.env, self.use_evolve, self.edit = oracle, env, use_evolve, edit
         self._answered = 0
+
+    def _code(self, state: list[dict[str, Any]]) -> str | None:
+        if self.edit == "lossy":
+            return LOSSY_EVOLVE_CODE
+        if self.edit == "summary":
+            code = self.oracle.summary_code(state)
+            if code is None:
+                raise ValueError(f"{type(self.oracle).__name__} has no summary edit (Oracle.summary_code)")
+            return code
+        return self.oracle.evolve_code(state)
 
     def act(self, observation: dict[str, Any]) -> list[dict[str, Any]]:
         state = observation["state"]
         request = self.env.pending_compaction_request
         if self.use_evolve and request and request != self._answered:
             self._answered = request  # answer each request once, even if the edit fails
-            code = LOSSY_EVOLVE_CODE if self.lossy else self.oracle.evolve_code(state)
+            code = self._code(state)
             if code is not None:
                 return [
                     {
@@ -71,9 +88,9 @@ class OracleScriptedPolicy(ScriptedPolicy):
         return Turn(items=policy.act(observation))
 
 
-def evolve_options(strategy: str) -> dict[str, bool]:
+def evolve_options(strategy: str) -> dict[str, Any]:
     """`OraclePolicy` keyword arguments for an oracle strategy."""
-    return {"use_evolve": strategy in ("evolve", "evolve_lossy"), "lossy": strategy == "evolve_lossy"}
+    return {"use_evolve": strategy in EDITS, "edit": EDITS.get(strategy, "targeted")}
 
 
 def make_env(
@@ -94,11 +111,11 @@ def make_env(
 
 
 def run_oracle_episode(
-    env: CompactionEnv, seed: int, *, use_evolve: bool = False, lossy: bool = False
+    env: CompactionEnv, seed: int, *, use_evolve: bool = False, edit: str = "targeted"
 ) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
-    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, lossy=lossy)
+    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, edit=edit)
     while True:
         obs, _, terminated, truncated, info = env.step(policy.act(obs))
         if terminated or truncated:

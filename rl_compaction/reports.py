@@ -48,6 +48,18 @@ def render_table(rows: list[list[str]], left: int = 1) -> str:
     return "\n".join(lines)
 
 
+def selection_share(infos: list[dict[str, Any]]) -> float | None:
+    """Of the model's applied edits over these episodes, the share that only selected items
+    (`rl_compaction.env.edit_counts`): the cheap-edit share. None where no model edit applied (also
+    for episode files written before edits were counted)."""
+    edits = sum(i.get("model_edits", 0) for i in infos)
+    return sum(i.get("selection_edits", 0) for i in infos) / edits if edits else None
+
+
+def format_share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
 def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate end-of-episode infos (`CompactionEnv.summary`) into one row of figures."""
     n = len(infos)
@@ -65,6 +77,7 @@ def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_context": mean(x["peak_context_tokens"] for x in ledgers) if n else 0.0,
         "compactions": mean(x["compactions"] for x in ledgers) if n else 0.0,
         "evolve_failures": mean(x["evolve_failures"] for x in ledgers) if n else 0.0,
+        "selection_share": selection_share(infos),
         "truncated": sum(i["truncated_reason"] is not None for i in infos),
     }
 
@@ -78,6 +91,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         "cached",
         "peak ctx",
         "compactions",
+        "select%",
         "evolve fail",
         "truncated",
     ]
@@ -93,6 +107,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions']:.1f}",
+                format_share(r["selection_share"]),
                 f"{r['evolve_failures']:.1f}",
                 f"{r['truncated']}/{r['episodes']}",
             ]

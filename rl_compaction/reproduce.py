@@ -161,11 +161,13 @@ def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[s
     return history
 
 
-#: the learning curve's panels: (key in the GRPO trainer's logged metrics, title)
+#: the learning curve's panels: (key in the GRPO trainer's logged metrics, title); the trainer logs
+#: selection_share only for steps whose episodes applied an edit
 CURVE_PANELS = (
     ("reward/reward", "episode reward"),
     ("success", "success rate"),
     ("cost/total", "cost per episode"),
+    ("selection_share", "cheap-edit share (selection only)"),
     ("compactions", "compactions per episode"),
 )
 
@@ -190,7 +192,7 @@ def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     series = learning_curve(history)
-    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(14, 3.2))
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(17, 3.2))
     for ax, (key, label) in zip(axes, CURVE_PANELS, strict=True):
         ax.plot(*series[key], marker="o", markersize=3)
         ax.set_title(label, fontsize=10)
@@ -206,9 +208,14 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
     """Plain sentences: what the learned row is, and whether it beat each other row."""
     me = rows[learned]
     lo, hi = me["success_ci95"]
+
+    def share(row: dict[str, Any]) -> str:
+        value = row.get("selection_share")
+        return "" if value is None else f", cheap-edit share {value:.0%}"
+
     lines = [
         f"learned (GRPO checkpoint): success {me['success_rate']:.0%} [{lo:.0%}, {hi:.0%}], "
-        f"mean cost {me['mean_cost']:,.0f}"
+        f"mean cost {me['mean_cost']:,.0f}{share(me)}"
     ]
     for name, row in rows.items():
         if name == learned:
@@ -229,7 +236,7 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
         role = "SFT-only" if name == sft else "unlimited context" if name == unlimited else "baseline"
         lines.append(
             f"vs {role} {name}: {row['success_rate']:.0%} [{olo:.0%}, {ohi:.0%}], "
-            f"cost {row['mean_cost']:,.0f} -> {outcome}"
+            f"cost {row['mean_cost']:,.0f}{share(row) if name == sft else ''} -> {outcome}"
         )
     ratio = me["mean_cost"] / rows[unlimited]["mean_cost"]
     same = me["success_rate"] >= rows[unlimited]["success_rate"]

@@ -107,6 +107,14 @@ class Oracle(ABC):
         exact evidence this task still needs and drops the rest; None if the family has none."""
         return None
 
+    def summary_code(self, state: State) -> str | None:
+        """A summary edit: JavaScript that replaces the context with one new message retyping the
+        task and the facts it still needs. It keeps what the targeted edit keeps, so it succeeds as
+        often, but every fact costs output tokens (and can be mistyped by a model) and the new first
+        item breaks the cached prefix: the expensive alternative in demonstrations, so a cost
+        reward has a choice to decide. None if the family has none."""
+        return None
+
 
 class Task(ABC):
     """One generated task instance."""

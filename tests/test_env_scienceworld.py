@@ -206,7 +206,8 @@ def test_the_oracle_gives_up_when_a_stopwatch_reading_is_gone(family):
 def test_the_oracles_own_compaction_keeps_the_readings(family, lossy):
     config = EnvConfig(context_window=6000)
     env = env_on(family, Difficulty(scale=0.25, level=2), config)
-    info = run_oracle_episode(env, seed_of("inclined-plane-determine-angle", level=2), use_evolve=True, lossy=lossy)
+    seed = seed_of("inclined-plane-determine-angle", level=2)
+    info = run_oracle_episode(env, seed, use_evolve=True, edit="lossy" if lossy else "targeted")
     assert info["ledger"]["compactions"] >= 1
     assert info["success"] is not lossy  # the lossy edit drops every tool output, readings included
 

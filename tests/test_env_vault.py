@@ -14,8 +14,9 @@ from rl_compaction.oracle import evolve_options, make_env, run_oracle_episode
 from rl_compaction.tasks import Difficulty
 
 TOY = Difficulty(scale=0.2, level=1)
-#: a note line of a page, as json.dumps writes it inside a tool output
-NOTE_LINE = re.compile(r'note: vault \d+ opens with the word \\"\w+\\"\.')
+#: a note line with its key word, as json.dumps writes it inside a tool output, or escaped further
+#: where the summary edit retypes it into evolve code (inside a call's JSON arguments)
+NOTE_LINE = re.compile(r'note: vault \d+ opens with the word \\*"\w+\\*"\.')
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,26 @@ def test_only_the_targeted_edit_carries_the_key_through_the_window(tiny_counter:
     assert _run("none", 4500, tiny_counter, seed)["truncated_reason"] == "context_window"
     for lossy in ("sliding_window", "clear_tool_outputs", "evolve_lossy"):
         assert not _run(lossy, 4500, tiny_counter, seed)["success"], lossy
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_summary_edit_succeeds_as_often_as_the_targeted_edit_and_costs_clearly_more(tiny_counter: str, seed):
+    """The cost axis of the demonstrations (issue 19): retyping the task and notes into one new message
+    keeps the key as well as selecting the note pages does, but pays output tokens for every fact
+    and breaks the cached prefix at its new first item. At the training length the targeted edit
+    is at least 15% cheaper per episode (measured: 26,269 vs 33,326 on 8 validation tasks, 21%)."""
+    config = EnvConfig(context_window=4500, compaction_threshold=3200, tokenizer=tiny_counter)
+    runs = {}
+    for strategy in ("evolve", "evolve_summary"):
+        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=TOY)
+        runs[strategy] = run_oracle_episode(env, seed, **evolve_options(strategy))
+    cheap, summary = runs["evolve"], runs["evolve_summary"]
+    assert cheap["success"] and summary["success"]
+    assert cheap["ledger"]["compactions"] == summary["ledger"]["compactions"] >= 5
+    assert cheap["model_edits"] == cheap["selection_edits"] == cheap["ledger"]["compactions"]
+    assert summary["model_edits"] == summary["ledger"]["compactions"] and summary["selection_edits"] == 0
+    assert cheap["ledger"]["cost"] <= 0.8 * summary["ledger"]["cost"], (cheap["ledger"], summary["ledger"])
+    assert cheap["ledger"]["evolve_tokens"] < 0.6 * summary["ledger"]["evolve_tokens"]
 
 
 def test_ignoring_the_request_runs_into_the_window(tiny_counter: str):
@@ -117,10 +138,12 @@ def test_a_key_word_appears_nowhere_but_in_the_note(tiny_counter: str, split: st
     from transformers import AutoTokenizer
 
     config = EnvConfig(context_window=9000, compaction_threshold=6000, tokenizer=tiny_counter)
-    env = make_env("vault", split=split, strategy="evolve", config=config, difficulty=Difficulty(0.2, 3))
-    info = run_oracle_episode(env, 4, **evolve_options("evolve"))
-    assert info["success"]
-    seen = [i for i in env.history if not (i.get("type") == "function_call" and i.get("name") == "submit")]
+    seen = []
+    for strategy in ("evolve", "evolve_summary"):
+        env = make_env("vault", split=split, strategy=strategy, config=config, difficulty=Difficulty(0.2, 3))
+        info = run_oracle_episode(env, 4, **evolve_options(strategy))
+        assert info["success"] and info["ledger"]["compactions"] >= 1
+        seen += [i for i in env.history if not (i.get("type") == "function_call" and i.get("name") == "submit")]
     text = NOTE_LINE.sub("", "\n".join([env.instructions, json.dumps(env.tools), json.dumps(seen), EVOLVE_CODE]))
     for word in KEY_WORDS:
         assert not re.search(rf"\b{word}\b", text, re.IGNORECASE), word

@@ -16,6 +16,7 @@ from rl_compaction.evolve import (
     ProtocolError,
     apply_evolve,
     evolve_code_of,
+    is_selection,
     system_message,
     system_suffix,
 )
@@ -70,6 +71,27 @@ def test_success_replaces_state_and_appends_one_receipt():
     assert receipt["cache_cost"] == receipt["after_tokens"] - receipt["reusable_prefix_tokens"]
     assert receipt["compaction_cost"] == receipt["evolve_call_tokens"] * 1.0 + receipt["cache_cost"]
     validate_state(outcome.state)
+
+
+@pytest.mark.parametrize(
+    "code, selection",
+    [
+        (DROP_REPORT, True),  # drops a call and its output: every kept item is the one it was
+        ("return state.slice(0, 1).concat(state.slice(3));", True),
+        ("return [...state].reverse().reverse();", True),  # a reordering that ends where it began
+        # an item rebuilt from the State's own values is the same item (judged by the result)
+        ('return [{type: "message", role: "user", content: state[0].content}, state[state.length - 1]];', True),
+        # editing an item in place or writing a new one generates content
+        ('state[3].content += " (checked)"; return state;', False),
+        ('return [state[0], {type: "message", role: "user", content: "revenue 1,204.50"}, state.at(-1)];', False),
+    ],
+)
+def test_an_edit_is_a_selection_when_it_keeps_every_item_it_returns_unchanged(code, selection):
+    """The cheap-edit share (issue 19): selecting keeps material exactly and generates nothing."""
+    outcome = apply_evolve(BASE + [evolve_call(code)])
+    assert outcome.applied and outcome.selection is selection
+    assert not apply_evolve(BASE + [evolve_call("throw new Error('x')")]).selection  # a failure selects nothing
+    assert is_selection(BASE, BASE[:1]) and not is_selection(BASE[:1], BASE)
 
 
 @pytest.mark.parametrize(

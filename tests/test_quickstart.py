@@ -36,9 +36,12 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
-    # the curve is drawn from what GRPO logged: every panel has the step's point
+    # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit share
+    # has one exactly when the step's episodes applied an edit)
     history = json.loads((out / "grpo" / "log_history.json").read_text())
-    assert {key: series[0] for key, series in learning_curve(history).items()} == {k: [1] for k, _ in CURVE_PANELS}
+    edited = [h["step"] for h in history if h.get("edits/model")]
+    expected = {k: edited if k == "selection_share" else [1] for k, _ in CURVE_PANELS}
+    assert {key: series[0] for key, series in learning_curve(history).items()} == expected
     with pytest.raises(ValueError, match="none of reward/reward"):
         learning_curve([{"step": 1, "loss": 0.1}])
     assert list((out / "eval" / "wandb").glob("offline-run-*"))

@@ -19,6 +19,7 @@ direction, and decoy notes about other vaults that the key must not take.
 from __future__ import annotations
 
 import copy
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -143,19 +144,37 @@ class VaultTask(Task):
 
 
 def read_key(state: State) -> tuple[str | None, list[str]]:
-    """The vault named in the task statement and the key parts its State's notes give (in order)."""
+    """The vault named in the task statement (or in a summary that restates it) and the key parts
+    the State's notes give (in order), from pages and from user messages that retype them."""
     vault, parts = None, {}
     for item in state:
-        if item.get("type", "message") == "message" and item.get("role") == "user" and vault is None:
-            m = re.search(r"key of vault (\d+)", text_of(item.get("content", "")))
-            vault = m.group(1) if m else None
+        text = None
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            text = text_of(item.get("content", ""))
+            if vault is None:
+                m = re.search(r"key of vault (\d+)", text)
+                vault = m.group(1) if m else None
         elif item.get("type") == "function_call_output":
-            for m in NOTE.finditer(text_of(item.get("output", ""))):
-                if m.group(1) == vault:
-                    for i, value in enumerate(m.groups()[1:]):
-                        if value is not None:
-                            parts[i] = value
+            text = text_of(item.get("output", ""))
+        for m in NOTE.finditer(text or ""):
+            if m.group(1) == vault:
+                for i, value in enumerate(m.groups()[1:]):
+                    if value is not None:
+                        parts[i] = value
     return vault, [parts[i] for i in sorted(parts)]
+
+
+def notes_of(state: State, vault: str | None) -> list[str]:
+    """The note lines about `vault` in the State (pages and retyped ones), each once, in order."""
+    lines: list[str] = []
+    for item in state:
+        text = text_of(
+            item.get("output", "") if item.get("type") == "function_call_output" else item.get("content", "")
+        )
+        for m in NOTE.finditer(text):
+            if m.group(1) == vault and m.group(0) not in lines:
+                lines.append(m.group(0))
+    return lines
 
 
 #: the targeted edit: keep the task, every page with a note and the pending call (a call is judged by
@@ -163,6 +182,25 @@ def read_key(state: State) -> tuple[str | None, list[str]]:
 EVOLVE_CODE = (
     """return state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));"""
 )
+
+
+#: the summary edit's message: the task, how far the log was read and the notes, retyped (no key word
+#: may appear in it but the note's own, a test checks). It is a new first item at every edit (the page
+#: number moves on), so the cached prefix ends at the system message.
+SUMMARY = (
+    "Summary of the work so far (the context was compacted): the task is to find the key of vault {vault}; "
+    "read the log with read() until it returns END, then submit the key. The pages read so far, up to page "
+    "{page}, held these notes:\n{notes}\nEvery other page was filler."
+)
+_PAGE = re.compile(r"^page (\d+)$|up to page (\d+),", re.MULTILINE)
+
+
+def last_page(state: State) -> int:
+    """The number of the last page read, from the pages in the State or a summary that gives it."""
+    texts = (
+        text_of(x.get("output", "") if x.get("type") == "function_call_output" else x.get("content", "")) for x in state
+    )
+    return max((int(a or b) for t in texts for a, b in _PAGE.findall(t)), default=0)
 
 
 class VaultOracle(Oracle):
@@ -177,6 +215,12 @@ class VaultOracle(Oracle):
 
     def evolve_code(self, state: State) -> str:
         return EVOLVE_CODE
+
+    def summary_code(self, state: State) -> str:
+        """Replace the context with `SUMMARY` (the notes retyped) and the pending call."""
+        vault, _ = read_key(state)
+        text = SUMMARY.format(vault=vault, page=last_page(state), notes="\n".join(notes_of(state, vault)))
+        return f'return [{{type: "message", role: "user", content: {json.dumps(text)}}}, state.at(-1)];'
 
 
 def _filler(rng: random.Random, n: int) -> str:
