@@ -62,7 +62,7 @@ class CompactionGRPOConfig(GRPOConfig):
     difficulty_level: int = field(default=2, metadata={"help": "Difficulty level 1-3."})
     context_window: int = field(default=32_768, metadata={"help": "Context window of the agent (tokens)."})
     compaction_threshold: int | None = field(
-        default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75% of window)."}
+        default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75%% of window)."}
     )
     max_turns: int = field(default=64, metadata={"help": "Model turns per episode."})
     cache_preset: str = field(default="local", metadata={"help": "Cache model preset (configs/accounting.yaml)."})

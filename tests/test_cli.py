@@ -228,3 +228,23 @@ def test_a_lone_surrogate_in_printed_json_becomes_its_escape(capsys):
     out = capsys.readouterr().out
     assert "\\ud83d" in out and "’" in out
     assert json.loads(out)["error"] == "half \ud83d, a \\ and ’"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        *[[c] for c in ("evolve", "cost", "examples", "quickstart", "reproduce", "eval", "train", "sft", "demos")],
+        ["models"],
+        ["models", "fetch"],
+        ["envs"],
+        *[["envs", a] for a in ("list", "check", "show", "oracle")],
+    ],
+)
+def test_help_works_on_every_subcommand(capsys, command):
+    """`--help` prints usage and exits 0 everywhere; `train --help` once crashed on an unescaped % in a
+    TRL-parsed help string (issue 22, item 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage:" in capsys.readouterr().out
