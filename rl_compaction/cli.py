@@ -559,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--strategy",
                 default="none",
                 help="none, ignore (requests unanswered), evolve (the oracle's own edit), evolve_lossy, "
-                "evolve_summary, sliding_window, clear_tool_outputs; "
+                "evolve_summary, evolve_early, sliding_window, clear_tool_outputs; "
                 "comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)

@@ -19,13 +19,23 @@ from rl_compaction.tasks import Difficulty, Oracle
 #: reads on, until the window ends the episode; "evolve": the oracle answers compaction requests
 #: with its own targeted evolve code; "evolve_lossy": it answers them with `LOSSY_EVOLVE_CODE`;
 #: "evolve_summary": it answers them with its family's summary edit (`Oracle.summary_code`: the
-#: facts retyped into one new message, which succeeds as often but costs more); "ignore",
-#: "evolve_lossy" and "evolve_summary" are imperfect strategies for demonstrations, so RL has
-#: something to fix on success and on cost; the others are harness strategies run at the threshold.
-ORACLE_STRATEGIES = ("none", "ignore", "evolve", "evolve_lossy", "evolve_summary", *HARNESS_STRATEGIES)
+#: facts retyped into one new message, which succeeds as often but costs more); "evolve_early": the
+#: targeted edit with an annotation inserted at the start (`Oracle.early_edit_code`: the cached
+#: prefix breaks there); "ignore", "evolve_lossy", "evolve_summary" and "evolve_early" are imperfect
+#: strategies for demonstrations, so RL has something to fix on success and on cost; the others are
+#: harness strategies run at the threshold.
+ORACLE_STRATEGIES = (
+    "none",
+    "ignore",
+    "evolve",
+    "evolve_lossy",
+    "evolve_summary",
+    "evolve_early",
+    *HARNESS_STRATEGIES,
+)
 
 #: the edit an evolve strategy answers requests with
-EDITS = {"evolve": "targeted", "evolve_lossy": "lossy", "evolve_summary": "summary"}
+EDITS = {"evolve": "targeted", "evolve_lossy": "lossy", "evolve_summary": "summary", "evolve_early": "early"}
 
 #: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
 #: output (the pending evolve call stays last). It forgets every fact the tools returned.
@@ -34,8 +44,8 @@ LOSSY_EVOLVE_CODE = 'return state.filter((x, i) => x.type === "message" || i ===
 
 class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
-    evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy") or
-    its summary code ("summary"); otherwise requests are ignored."""
+    evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy"), its
+    summary code ("summary") or its early edit ("early"); otherwise requests are ignored."""
 
     def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted"):
         if edit not in EDITS.values():
@@ -46,10 +56,11 @@ class OraclePolicy:
     def _code(self, state: list[dict[str, Any]]) -> str | None:
         if self.edit == "lossy":
             return LOSSY_EVOLVE_CODE
-        if self.edit == "summary":
-            code = self.oracle.summary_code(state)
+        if self.edit in ("summary", "early"):
+            method = "summary_code" if self.edit == "summary" else "early_edit_code"
+            code = getattr(self.oracle, method)(state)
             if code is None:
-                raise ValueError(f"{type(self.oracle).__name__} has no summary edit (Oracle.summary_code)")
+                raise ValueError(f"{type(self.oracle).__name__} has no {self.edit} edit (Oracle.{method})")
             return code
         return self.oracle.evolve_code(state)
 

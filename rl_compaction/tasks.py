@@ -115,6 +115,13 @@ class Oracle(ABC):
         reward has a choice to decide. None if the family has none."""
         return None
 
+    def early_edit_code(self, state: State) -> str | None:
+        """The targeted edit with a short annotation inserted as the first item of the State: it
+        keeps what the targeted edit keeps, but an edit at the start of the context re-processes
+        everything after it (the cached prefix ends at the system message), where the same note at
+        the end would keep the cache. None if the family has none."""
+        return None
+
 
 class Task(ABC):
     """One generated task instance."""

@@ -184,6 +184,13 @@ EVOLVE_CODE = (
 )
 
 
+#: the early edit: the targeted edit behind an annotation inserted as the first item (the annotation
+#: of the last edit is dropped by the filter, as it holds no note, and written anew)
+EARLY_EDIT_CODE = (
+    """return [{type: "message", role: "user", content: "Compacted: kept the task and the pages with notes."}, """
+    """...state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"))];"""
+)
+
 #: the summary edit's message: the task, how far the log was read and the notes, retyped (no key word
 #: may appear in it but the note's own, a test checks). It is a new first item at every edit (the page
 #: number moves on), so the cached prefix ends at the system message.
@@ -215,6 +222,9 @@ class VaultOracle(Oracle):
 
     def evolve_code(self, state: State) -> str:
         return EVOLVE_CODE
+
+    def early_edit_code(self, state: State) -> str:
+        return EARLY_EDIT_CODE
 
     def summary_code(self, state: State) -> str:
         """Replace the context with `SUMMARY` (the notes retyped) and the pending call."""
