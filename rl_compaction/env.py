@@ -145,6 +145,14 @@ class JSONSpace(gym.Space):
     def is_np_flattenable(self) -> bool:
         return False
 
+    def __eq__(self, other: object) -> bool:
+        """Spaces that check and sample with the same functions are the same space (vector envs compare
+        their sub-envs' spaces)."""
+        return isinstance(other, JSONSpace) and (self._check, self._example) == (other._check, other._example)
+
+    def __hash__(self) -> int:
+        return hash((JSONSpace, self._check, self._example))
+
 
 def _check_observation(obs: Any) -> None:
     if not isinstance(obs, dict) or set(obs) != {"instructions", "tools", "state"}:
@@ -152,6 +160,14 @@ def _check_observation(obs: Any) -> None:
     if not isinstance(obs["instructions"], str) or not isinstance(obs["tools"], list):
         raise TypeError("bad instructions or tools")
     validate_state(obs["state"])
+
+
+def _example_observation() -> dict[str, Any]:
+    return {"instructions": "", "tools": [], "state": [{"type": "message", "role": "user", "content": "hi"}]}
+
+
+def _example_action() -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": "Thinking."}]
 
 
 def _check_action(action: Any) -> None:
@@ -174,7 +190,8 @@ def _token_ids(value: Any, name: str) -> list[int] | None:
 class CompactionEnv(gym.Env):
     """Gymnasium env: one Task per episode, the State as observation, model turns as actions."""
 
-    metadata = {"render_modes": ["ansi"]}
+    #: text rendering; render_fps as Gymnasium's toy-text envs declare it (`check_env` warns without one)
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,
@@ -195,8 +212,8 @@ class CompactionEnv(gym.Env):
         self.counter = counter or get_counter(self.config.tokenizer)
         self.cache_model = get_cache_model(self.config.cache_preset)
         self.render_mode = render_mode
-        self.observation_space = JSONSpace(_check_observation, self._example_observation)
-        self.action_space = JSONSpace(_check_action, lambda: [{"role": "assistant", "content": "Thinking."}])
+        self.observation_space = JSONSpace(_check_observation, _example_observation)
+        self.action_space = JSONSpace(_check_action, _example_action)
         self.task: Task | None = None
 
     # ------------------------------------------------------------------ gym API
@@ -543,9 +560,6 @@ class CompactionEnv(gym.Env):
 
     def _observation(self) -> dict[str, Any]:
         return {"instructions": self.instructions, "tools": self.tools, "state": copy.deepcopy(self.state)}
-
-    def _example_observation(self) -> dict[str, Any]:
-        return {"instructions": "", "tools": [], "state": [{"type": "message", "role": "user", "content": "hi"}]}
 
     def summary(self, truncated_reason: str | None = None) -> dict[str, Any]:
         """End-of-episode info: score, success, the ledger (rows and totals) and harness events."""

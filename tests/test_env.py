@@ -364,3 +364,33 @@ def test_step_after_the_episode_ended_raises_and_changes_nothing(how):
     assert snapshot(env) == before
     env.reset(seed=0)
     env.step([{"role": "assistant", "content": "a"}])  # a new episode runs again
+
+
+def test_the_env_declares_render_fps_and_runs_as_a_sync_vector_env():
+    """Gymnasium details (issue 22, item 7): `check_env` has no render_fps warning, and two sub-envs'
+    spaces compare equal, so `gymnasium.make_vec(..., "sync")` runs them side by side (observations and
+    actions are tuples, one per sub-env)."""
+    import warnings
+
+    from rl_compaction.tasks import Difficulty
+
+    toy = {"split": "test", "difficulty": Difficulty(scale=0.02, level=1)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(gym.make("rl_compaction/vault-v0", **toy).unwrapped)
+    assert not [w for w in caught if "render fps" in str(w.message)]
+    vec = gym.make_vec("rl_compaction/vault-v0", num_envs=2, vectorization_mode="sync", **toy)
+    obs, _ = vec.reset(seed=[0, 1])
+    oracles = [env.unwrapped.task.oracle() for env in vec.envs]
+    scores: list[float | None] = [None, None]
+    for _ in range(20):
+        obs, rewards, terminated, truncated, infos = vec.step(
+            tuple(o.act(x["state"]) for o, x in zip(oracles, obs, strict=True))
+        )
+        for i in range(2):
+            if (terminated[i] or truncated[i]) and scores[i] is None:
+                scores[i] = float(rewards[i])
+        if None not in scores:
+            break
+    vec.close()
+    assert scores == [1.0, 1.0]
