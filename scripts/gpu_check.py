@@ -23,7 +23,7 @@ vocabulary cut to the tokenizer's, short contexts, float32), so CI keeps the scr
 every shape is built and rolled out, and the training phases (the same code for every shape)
 run on the first shape, which keeps the rehearsal well under a minute and a half on two cores.
 
-    scripts/gpu_check.sh [--dry-run] [--out gpu_check.json] [--budget-s 360] [--shapes qwen2.5-0.5b,...]
+    scripts/gpu_check.sh [--dry-run] [--out runs/gpu_check.json] [--budget-s 360] [--shapes qwen2.5-0.5b,...]
 """
 
 from __future__ import annotations
@@ -510,6 +510,7 @@ def environment(device: str) -> dict[str, Any]:
 
 
 def write_json(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -585,14 +586,21 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     return {k: round(result[k], 4) if isinstance(result[k], float) else result[k] for k in keys if k in result}
 
 
-def main() -> None:
+#: the report's default path: under runs/, which git ignores, so a dry run leaves the working tree clean
+DEFAULT_OUT = Path("runs") / "gpu_check.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, toy sizes: the CI rehearsal of the same code")
-    parser.add_argument(
-        "--out", type=Path, default=Path("gpu_check.json"), help="the JSON report (default gpu_check.json)"
-    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON report (default {DEFAULT_OUT})")
     parser.add_argument("--budget-s", type=float, default=360.0, help="start no phase after this many seconds")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {', '.join(SHAPES)}")
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]

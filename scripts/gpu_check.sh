@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (scripts/gpu_check.py): one short run on one GPU, or `--dry-run` on CPU at toy sizes.
-#   scripts/gpu_check.sh [--dry-run] [--out gpu_check.json] [--budget-s 360] [--shapes qwen2.5-0.5b,qwen2.5-1.5b]
+#   scripts/gpu_check.sh [--dry-run] [--out runs/gpu_check.json] [--budget-s 360] [--shapes qwen2.5-0.5b,qwen2.5-1.5b]
 # On a machine without this project's dependencies (no network), wheels in .whl/ are installed
 # into a private folder first and the checkout is installed without dependencies, so the task
 # families' entry points are registered; configs/README.md ("GPU check") says which wheels to bring.

@@ -36,6 +36,16 @@ def test_model_configs_have_the_published_shapes(shape):
     assert config.vocab_size == 151_936 and config.max_position_embeddings == 32_768
 
 
+def test_the_report_goes_under_the_ignored_runs_folder_by_default(tmp_path):
+    """A dry run without --out must not write into the working tree (issue 22, item 8): the default is
+    runs/gpu_check.json (git ignores runs/), and its folder is made when missing."""
+    assert gpu_check.build_parser().parse_args([]).out == Path("runs") / "gpu_check.json"
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/gpu_check.json"], cwd=REPO).returncode == 0
+    out = tmp_path / "runs" / "gpu_check.json"
+    gpu_check.write_json(out, {"dry_run": True})
+    assert json.loads(out.read_text()) == {"dry_run": True}
+
+
 def test_dry_run_writes_every_promised_figure(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "PYTHON": sys.executable}
