@@ -341,6 +341,17 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seed(text: str) -> int:
+    """A task seed: an integer >= 0 (argparse turns the ValueError into one usage line, exit 2)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_seed.__name__ = "seed (an integer >= 0)"  # what argparse's error names: "invalid seed (an integer >= 0) value"
+
+
 def _int_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",")]
@@ -464,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, metavar="FAMILY")
     p.add_argument("--split", default="test", choices=("train", "validation", "test"))
     p.add_argument("--episodes", type=int, default=5)
-    p.add_argument("--seed-start", type=int, default=0)
+    p.add_argument("--seed-start", type=_seed, default=0)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--level", type=int, default=2)
     p.add_argument("--context-window", type=int, default=32_768)
@@ -551,10 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
         p.set_defaults(func=func)
         if action == "show":
-            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--seed", type=_seed, default=0)
         else:
             p.add_argument("--episodes", type=int, default=5)
-            p.add_argument("--seed-start", type=int, default=0)
+            p.add_argument("--seed-start", type=_seed, default=0)
             p.add_argument(
                 "--strategy",
                 default="none",

@@ -248,3 +248,20 @@ def test_help_works_on_every_subcommand(capsys, command):
         main([*command, "--help"])
     assert exit_info.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["envs", "show", "vault", "--seed", "-1"],
+        ["envs", "oracle", "vault", "--seed-start", "-3"],
+        ["eval", "--policy", "oracle", "--env", "vault", "--seed-start", "-1"],
+    ],
+)
+def test_a_negative_seed_is_a_usage_error_not_a_gymnasium_traceback(capsys, command):
+    """Issue 22, item 11: Gymnasium refuses negative seeds deep inside reset; the command line refuses them first."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid seed (an integer >= 0) value" in err and "Traceback" not in err
