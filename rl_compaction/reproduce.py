@@ -21,6 +21,7 @@ A recipe to read top to bottom; each stage is the library's own entry point:
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -83,6 +84,45 @@ class ReproduceConfig:
     )
     unlimited_window: int = 1_000_000
     wandb: bool = False
+
+    def __post_init__(self) -> None:
+        """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
+        from trl import SFTConfig
+
+        from rl_compaction.env import EnvConfig
+        from rl_compaction.evaluate import MODEL_STRATEGIES, split_spec
+        from rl_compaction.oracle import ORACLE_STRATEGIES
+        from rl_compaction.tasks import Difficulty
+        from rl_compaction.trainer import CompactionGRPOConfig
+
+        for name in ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for scale in (self.scale, self.eval_scale if self.eval_scale is not None else self.scale):
+            if not isinstance(scale, (int, float)) or not math.isfinite(scale):
+                raise ValueError(f"scale must be a finite number, got {scale!r}")
+            Difficulty(scale=scale, level=self.level)
+        EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
+        unknown = [s for s in self.demo_strategies if s not in ORACLE_STRATEGIES]
+        if not self.demo_strategies or unknown:
+            raise ValueError(f"demo_strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {self.demo_strategies}")
+        if not set(self.keep_failed) <= set(self.demo_strategies):
+            raise ValueError(f"keep_failed {self.keep_failed} must name demo_strategies ({self.demo_strategies})")
+        if self.demo_weights is not None and len(self.demo_weights) != len(self.demo_strategies):
+            raise ValueError("demo_weights needs one weight per demo strategy")
+        for spec in self.baselines:
+            name, strategy = split_spec(spec, "evolve")
+            allowed = ORACLE_STRATEGIES if name == "oracle" else MODEL_STRATEGIES
+            if strategy not in allowed:
+                raise ValueError(f"baseline {spec!r}: strategy {strategy!r} is not one of {', '.join(allowed)}")
+        for section, config_class in (("sft", SFTConfig), ("sft_answers", SFTConfig), ("grpo", CompactionGRPOConfig)):
+            known = {f.name for f in fields(config_class)}
+            unknown = sorted(set(getattr(self, section)) - known)
+            if unknown:
+                raise ValueError(
+                    f"unknown key(s) under {section}: {', '.join(unknown)} ({config_class.__name__} fields)"
+                )
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> ReproduceConfig:

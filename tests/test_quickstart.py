@@ -63,6 +63,33 @@ def test_reproduce_config_rejects_unknown_fields(tmp_path):
         ReproduceConfig.from_yaml(path, window=3)
 
 
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"eval_episodes": 0}, "eval_episodes must be an integer >= 1"),
+        ({"eval_batch_size": 0}, "eval_batch_size must be an integer >= 1"),
+        ({"baselines": ["oracle@nope"]}, "baseline 'oracle@nope'"),
+        ({"grpo": {"learning_rat": 1e-4}}, "unknown key\\(s\\) under grpo: learning_rat"),
+        ({"sft_answers": {"max_step": 3}}, "unknown key\\(s\\) under sft_answers: max_step"),
+        ({"scale": float("inf")}, "scale must be a finite number"),
+        ({"keep_failed": ["ignore"]}, "keep_failed"),
+    ],
+)
+def test_reproduce_refuses_a_bad_setting_before_any_stage(tmp_path, capsys, bad, message):
+    """Issue 22, red team item 5: `eval_episodes: 0` used to run demos, SFT, GRPO and eval (~30 min), then die
+    in the verdict; every setting is now checked when the config is made, and nothing is written."""
+    with pytest.raises(ValueError, match=message):
+        ReproduceConfig(**bad)
+    import yaml
+
+    from rl_compaction.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"family": "vault", **bad}))
+    assert main(["reproduce", "--config", str(path), "--output-dir", str(tmp_path / "out")]) == 2
+    assert "error:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def _row(success: float, cost: float, ci: tuple[float, float]) -> dict:
     return {"success_rate": success, "mean_cost": cost, "success_ci95": list(ci)}
 
