@@ -132,6 +132,10 @@ class ReproduceConfig:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             raise FileNotFoundError(f"reproduce config not found: {p}") from None
+        except IsADirectoryError:
+            raise ValueError(f"{p} is a folder; --config takes a YAML file") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{p} is not valid YAML: {' '.join(str(e).split())}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{p}: expected a mapping of ReproduceConfig fields")
         known = {f.name for f in fields(cls)}

@@ -56,6 +56,11 @@ def test_reproduce_config_rejects_unknown_fields(tmp_path):
         ReproduceConfig.from_yaml(path)
     with pytest.raises(FileNotFoundError, match="reproduce config not found"):
         ReproduceConfig.from_yaml(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="is a folder; --config takes a YAML file"):  # was an IsADirectoryError
+        ReproduceConfig.from_yaml(tmp_path)
+    (tmp_path / "broken.yaml").write_text("family: [vault\n")
+    with pytest.raises(ValueError, match="broken.yaml is not valid YAML"):  # was a yaml ParserError
+        ReproduceConfig.from_yaml(tmp_path / "broken.yaml")
     path.write_text("family: vault\nsft: {max_steps: 5, learning_rate: 0.01}\n")
     config = ReproduceConfig.from_yaml(path, sft={"max_steps": 3})
     assert config.sft == {"max_steps": 3, "learning_rate": 0.01}  # overrides update the file's settings
