@@ -251,7 +251,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
         "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
         "generated tokens reading the KV cache of the context); cache% = share of input tokens read from the cache; "
-        "select% = share of the model's applied edits that only selected items (kept exactly, nothing retyped)"
+        "select% = share of the model's applied edits that only selected items (each returned item unchanged)"
     )
     return render_table(table) + "\n" + legend
 

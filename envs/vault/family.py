@@ -143,20 +143,27 @@ class VaultTask(Task):
         return VaultOracle()
 
 
+def _texts(state: State) -> list[tuple[bool, str]]:
+    """(is a user message, text) of the items notes can sit in: pages (tool outputs), and user messages
+    (the task statement, or a summary that retypes it and the notes)."""
+    texts = []
+    for item in state:
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            texts.append((True, text_of(item.get("content", ""))))
+        elif item.get("type") == "function_call_output":
+            texts.append((False, text_of(item.get("output", ""))))
+    return texts
+
+
 def read_key(state: State) -> tuple[str | None, list[str]]:
     """The vault named in the task statement (or in a summary that restates it) and the key parts
-    the State's notes give (in order), from pages and from user messages that retype them."""
+    the State's notes give (in order)."""
     vault, parts = None, {}
-    for item in state:
-        text = None
-        if item.get("type", "message") == "message" and item.get("role") == "user":
-            text = text_of(item.get("content", ""))
-            if vault is None:
-                m = re.search(r"key of vault (\d+)", text)
-                vault = m.group(1) if m else None
-        elif item.get("type") == "function_call_output":
-            text = text_of(item.get("output", ""))
-        for m in NOTE.finditer(text or ""):
+    for from_user, text in _texts(state):
+        if from_user and vault is None:
+            m = re.search(r"key of vault (\d+)", text)
+            vault = m.group(1) if m else None
+        for m in NOTE.finditer(text):
             if m.group(1) == vault:
                 for i, value in enumerate(m.groups()[1:]):
                     if value is not None:
@@ -167,10 +174,7 @@ def read_key(state: State) -> tuple[str | None, list[str]]:
 def notes_of(state: State, vault: str | None) -> list[str]:
     """The note lines about `vault` in the State (pages and retyped ones), each once, in order."""
     lines: list[str] = []
-    for item in state:
-        text = text_of(
-            item.get("output", "") if item.get("type") == "function_call_output" else item.get("content", "")
-        )
+    for _, text in _texts(state):
         for m in NOTE.finditer(text):
             if m.group(1) == vault and m.group(0) not in lines:
                 lines.append(m.group(0))
@@ -179,16 +183,15 @@ def notes_of(state: State, vault: str | None) -> list[str]:
 
 #: the targeted edit: keep the task, every page with a note and the pending call (a call is judged by
 #: its output, which follows it); drop filler pages, harness requests and old evolve round trips
-EVOLVE_CODE = (
-    """return state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));"""
-)
+KEEP_NOTES = """state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"))"""
+EVOLVE_CODE = f"return {KEEP_NOTES};"
 
 
 #: the early edit: the targeted edit behind an annotation inserted as the first item (the annotation
 #: of the last edit is dropped by the filter, as it holds no note, and written anew)
 EARLY_EDIT_CODE = (
-    """return [{type: "message", role: "user", content: "Compacted: kept the task and the pages with notes."}, """
-    """...state.filter((x, i) => /note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"))];"""
+    f'return [{{type: "message", role: "user", content: "Compacted: kept the task and the pages with notes."}}, '
+    f"...{KEEP_NOTES}];"
 )
 
 #: the summary edit's message: the task, how far the log was read and the notes, retyped (no key word
@@ -204,10 +207,7 @@ _PAGE = re.compile(r"^page (\d+)$|up to page (\d+),", re.MULTILINE)
 
 def last_page(state: State) -> int:
     """The number of the last page read, from the pages in the State or a summary that gives it."""
-    texts = (
-        text_of(x.get("output", "") if x.get("type") == "function_call_output" else x.get("content", "")) for x in state
-    )
-    return max((int(a or b) for t in texts for a, b in _PAGE.findall(t)), default=0)
+    return max((int(a or b) for _, text in _texts(state) for a, b in _PAGE.findall(text)), default=0)
 
 
 class VaultOracle(Oracle):
