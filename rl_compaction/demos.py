@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,38 @@ def _counter_name(tokenizer_name_or_path: str | None) -> str | None:
     return f"hf:{resolve_model(tokenizer_name_or_path)}"
 
 
+def check_demo_settings(
+    families: list[str],
+    episodes_per_family: int,
+    strategies: list[str],
+    keep_failed: Sequence[str],
+    weights: Sequence[int] | None,
+) -> list[int]:
+    """Check `write_demos`' families, strategies, `keep_failed` and weights (one ValueError naming the
+    setting), so a recipe can check them before any work; returns the weights (default one each)."""
+    known = family_names()
+    if not families or any(f not in known for f in families):
+        raise ValueError(f"families must name known task families ({', '.join(known)}), got {families}")
+    if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
+        raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
+    if any(s not in strategies for s in keep_failed):
+        raise ValueError(
+            f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
+        )
+    if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
+        raise ValueError("families and strategies must not repeat")
+    weights = list(weights) if weights is not None else [1] * len(strategies)
+    if len(weights) != len(strategies) or any(not isinstance(w, int) or w < 1 for w in weights):
+        raise ValueError(f"weights must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
+    cycle = sum(weights)
+    if episodes_per_family < cycle:
+        raise ValueError(
+            f"episodes_per_family ({episodes_per_family}) must cover one cycle of the strategies "
+            f"({cycle} episodes with weights {weights}), so each gets at least one"
+        )
+    return weights
+
+
 def write_demos(
     out_dir: str | Path,
     families: list[str],
@@ -265,26 +298,8 @@ def write_demos(
     rows and evolve rows per family and strategy) and returns it. Raises ValueError for bad
     arguments and when no episode succeeded (nothing to learn from)."""
     families, strategies = list(families), list(strategies)
-    known = family_names()
-    if not families or any(f not in known for f in families):
-        raise ValueError(f"families must name known task families ({', '.join(known)}), got {families}")
-    if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
-        raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
-    if any(s not in strategies for s in keep_failed):
-        raise ValueError(
-            f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
-        )
-    if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
-        raise ValueError("families and strategies must not repeat")
-    weights = list(weights) if weights is not None else [1] * len(strategies)
-    if len(weights) != len(strategies) or any(not isinstance(w, int) or w < 1 for w in weights):
-        raise ValueError(f"weights must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
+    weights = check_demo_settings(families, episodes_per_family, strategies, keep_failed, weights)
     cycle = [s for s, w in zip(strategies, weights, strict=True) for _ in range(w)]
-    if episodes_per_family < len(cycle):
-        raise ValueError(
-            f"episodes_per_family ({episodes_per_family}) must cover one cycle of the strategies "
-            f"({len(cycle)} episodes with weights {weights}), so each gets at least one"
-        )
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     if first_seed < 0:

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from rl_compaction.demos import write_demos
+from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.sft import train_sft
 from rl_compaction.tasks import SUBMIT_TOOL
@@ -104,13 +104,9 @@ class ReproduceConfig:
                 raise ValueError(f"scale must be a finite number, got {scale!r}")
             Difficulty(scale=scale, level=self.level)
         EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
-        unknown = [s for s in self.demo_strategies if s not in ORACLE_STRATEGIES]
-        if not self.demo_strategies or unknown:
-            raise ValueError(f"demo_strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {self.demo_strategies}")
-        if not set(self.keep_failed) <= set(self.demo_strategies):
-            raise ValueError(f"keep_failed {self.keep_failed} must name demo_strategies ({self.demo_strategies})")
-        if self.demo_weights is not None and len(self.demo_weights) != len(self.demo_strategies):
-            raise ValueError("demo_weights needs one weight per demo strategy")
+        check_demo_settings(
+            [self.family], self.demo_episodes, self.demo_strategies, self.keep_failed, self.demo_weights
+        )
         for spec in self.baselines:
             name, strategy = split_spec(spec, "evolve")
             allowed = ORACLE_STRATEGIES if name == "oracle" else MODEL_STRATEGIES
