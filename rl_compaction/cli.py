@@ -270,9 +270,12 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rl_compaction.evaluate import EvalConfig, run_eval
+    from rl_compaction.policies.openai_http import HTTPPolicyError
 
     if args.episodes <= 0 or args.batch_size <= 0:
         raise UsageError("--episodes and --batch-size must be > 0")
+    if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
+        raise UsageError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
     _family(args.env)
     config = EvalConfig(
         policies=args.policy,
@@ -293,12 +296,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         base_url=args.base_url,
         api=args.api,
+        request_timeout_s=args.request_timeout,
         output_dir=args.output_dir,
     )
     try:
         result = run_eval(config, resume=args.resume, use_wandb=args.wandb)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
+    except HTTPPolicyError as e:  # the episodes finished so far are kept: `--resume` continues
+        raise UsageError(f"{e}; the finished episodes are in {config.output_dir}, --resume continues") from None
     print(result["table"])
     print(
         f"\nepisodes: {result['episodes']}\nmetrics:  {Path(config.output_dir) / 'metrics.json'}"
@@ -497,6 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)",
     )
     p.add_argument("--api", default="chat", choices=("chat", "responses"))
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        help="openai: policies: seconds each request may take to answer, and to send its whole reply",
+    )
     p.add_argument("--output-dir", default="runs/eval")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/episodes.jsonl")
     p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (offline without an account)")

@@ -41,7 +41,8 @@ class EvalConfig:
     context_window / compaction_threshold / max_turns: the env's limits.
     strategy: default strategy for specs without ``@STRATEGY``.
     max_new_tokens / temperature: sampling for model policies; batch_size: episodes per batch.
-    base_url / api: for ``openai:`` policies ("chat" or "responses").
+    base_url / api / request_timeout_s: for ``openai:`` policies ("chat" or "responses"; seconds
+        each request may take, its body's reading included).
     tokenizer: the units of window, threshold and cost for every policy of the run (a tiktoken
         encoding, a model name or a model directory): pass the evaluated model's to count in its tokens.
     """
@@ -64,6 +65,7 @@ class EvalConfig:
     batch_size: int = 4
     base_url: str | None = None
     api: str = "chat"
+    request_timeout_s: float = 600.0
     output_dir: str = "runs/eval"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -99,6 +101,7 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
             name.removeprefix("openai:"),
             base_url=config.base_url,
             api=config.api,
+            timeout_s=config.request_timeout_s,
             max_output_tokens=config.max_new_tokens,
             temperature=config.temperature,
         )
@@ -176,7 +179,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         return mean(values) if values else 0.0
 
     evolve_calls = [sum(1 for row in i["ledger_rows"] if row["evolve_applied"] is not None) for i in infos]
-    usage = [inv.usage for r in records for inv in r.invocations if inv.usage]
+    usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
         "episodes": n,
@@ -197,7 +200,9 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         "mean_turns": avg([i["turns"] for i in infos]),
         "mean_wall_s": avg([r.wall_s for r in records]),
         "provider_usage": {
-            k: sum(u.get(k) or 0 for u in usage) for k in ("input_tokens", "cached_tokens", "output_tokens")
+            # a count that is not an int (a server's bad usage, kept by an older version) is skipped
+            k: sum(v for u in usage if isinstance(v := u.get(k), int) and not isinstance(v, bool))
+            for k in ("input_tokens", "cached_tokens", "output_tokens")
         }
         if usage
         else None,
@@ -335,7 +340,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
 
 #: Settings that only choose which episodes run (or how many at once), not how one runs: a resume
 #: may change them. Every other setting must match the episodes already in the file.
-RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy")
+RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s")
 
 
 def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:

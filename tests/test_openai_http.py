@@ -387,3 +387,171 @@ def test_bad_arguments_are_rejected(monkeypatch):
     policy = OpenAIPolicy("m", base_url="http://127.0.0.1:1/v1")
     with pytest.raises(ValueError, match="observation 1: missing tools"):
         policy.act([_obs("Hi."), {"instructions": "x", "state": []}])
+
+
+# --------------------------------------------------------------------------- bad servers
+
+
+def _chat_reply(message: dict | None = None, usage: object = None) -> dict:
+    message = message or {"role": "assistant", "content": "ok"}
+    reply = {"id": "c1", "object": "chat.completion", "created": 0, "model": "tiny"}
+    reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    return {**reply, "usage": usage} if usage is not None else reply
+
+
+@contextmanager
+def _scripted_server(body: bytes, *, status: int = 200, headers: dict | None = None, trickle_s: float = 0.0):
+    """A local server whose every POST answers `body` with `status` and `headers`; with `trickle_s`,
+    it sends the body one byte every `trickle_s` seconds. Yields (base URL, paths hit)."""
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            hits.append(self.path)
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            try:
+                if not trickle_s:
+                    self.wfile.write(body)
+                for i in range(len(body) if trickle_s else 0):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(trickle_s)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client cut the reply off
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}/v1", hits
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_bad_usage_counts_are_recorded_as_none_and_the_turn_is_kept():
+    usage = {"prompt_tokens": 12, "completion_tokens": "x", "prompt_tokens_details": {"cached_tokens": -1}}
+    with _scripted_server(json.dumps(_chat_reply(usage=usage)).encode()) as (base_url, _):
+        turn = OpenAIPolicy("tiny", base_url=base_url, max_retries=0).act([_obs("Hi.")])[0]
+    assert turn.usage == {"input_tokens": 12, "cached_tokens": None, "output_tokens": None}
+    assert turn.items == [{"type": "message", "role": "assistant", "content": "ok"}]
+    with _scripted_server(json.dumps(_chat_reply(usage="lots")).encode()) as (base_url, _):
+        assert OpenAIPolicy("tiny", base_url=base_url, max_retries=0).act([_obs("Hi.")])[0].usage is None
+
+
+MALFORMED_CHAT = {
+    "choices a string": {**_chat_reply(), "choices": "abc"},
+    "choices [5]": {**_chat_reply(), "choices": [5]},
+    "no choices": {**_chat_reply(), "choices": []},
+    "message null": {**_chat_reply(), "choices": [{"index": 0, "message": None}]},
+    "content 5": _chat_reply({"role": "assistant", "content": 5}),
+    "content a list": _chat_reply({"role": "assistant", "content": [{"type": "text"}]}),
+    "tool_calls a string": _chat_reply({"role": "assistant", "content": None, "tool_calls": "abc"}),
+    "tool_calls [7]": _chat_reply({"role": "assistant", "content": None, "tool_calls": [7]}),
+    "logprobs of the wrong shape": {
+        **_chat_reply(),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "logprobs": {"content": [3]}}],
+    },
+}
+
+
+@pytest.mark.parametrize("body", list(MALFORMED_CHAT.values()), ids=list(MALFORMED_CHAT))
+def test_a_malformed_chat_reply_is_an_http_policy_error_naming_endpoint_and_model(body):
+    with _scripted_server(json.dumps(body).encode()) as (base_url, _):
+        with pytest.raises(HTTPPolicyError, match=r"/chat/completions \(model 'tiny'\): malformed reply"):
+            OpenAIPolicy("tiny", base_url=base_url, max_retries=0).act([_obs("Hi.")])
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "match"),
+    [
+        ("chat", b"", "not JSON"),
+        ("chat", b'{"choices": [', "not JSON"),
+        ("chat", b"[1, 2]", "list, not a JSON object"),
+        ("responses", json.dumps(_chat_reply()).encode(), "malformed reply .*no list of output items"),
+        ("responses", b'{"output": [{"type": "message", "content": 5}]}', "malformed reply"),
+        ("responses", b'{"output": "abc"}', "malformed reply"),
+    ],
+)
+def test_an_unreadable_reply_is_an_http_policy_error(api, body, match):
+    with _scripted_server(body) as (base_url, _):
+        with pytest.raises(HTTPPolicyError, match=match) as excinfo:
+            OpenAIPolicy("tiny", base_url=base_url, api=api, max_retries=0).act([_obs("Hi.")])
+    assert base_url in str(excinfo.value) and "'tiny'" in str(excinfo.value)
+
+
+def test_a_trickling_server_is_cut_off_at_the_deadline():
+    """One byte every 0.2 s of a 2 kB reply would take 400 s; the 1 s deadline ends it."""
+    body = json.dumps(_chat_reply({"role": "assistant", "content": "x" * 2000})).encode()
+    with _scripted_server(body, trickle_s=0.2) as (base_url, _):
+        with pytest.raises(HTTPPolicyError, match=r"not complete after 1 s; cut off"):
+            OpenAIPolicy("tiny", base_url=base_url, max_retries=0, timeout_s=1.0).act([_obs("Hi.")])
+
+
+def test_a_reply_over_the_size_cap_is_refused():
+    body = json.dumps(_chat_reply({"role": "assistant", "content": "x" * 300_000})).encode()
+    with _scripted_server(body) as (base_url, _):
+        policy = OpenAIPolicy("tiny", base_url=base_url, max_retries=0, max_reply_bytes=100_000)
+        with pytest.raises(HTTPPolicyError, match=r"over 100,000 bytes"):
+            policy.act([_obs("Hi.")])
+        assert OpenAIPolicy("tiny", base_url=base_url, max_retries=0).act([_obs("Hi.")])[0].items
+
+
+def test_a_retry_after_beyond_two_minutes_fails_at_once_and_says_so():
+    """As the module docstring says: the client does not wait 100,000 s, and the error gives the delay."""
+    body = b'{"error": {"message": "busy"}}'
+    with _scripted_server(body, status=503, headers={"retry-after": "100000"}) as (base_url, hits):
+        with pytest.raises(HTTPPolicyError, match=r"HTTP 503.*retry after 100000 s; this client waits at most 120 s"):
+            OpenAIPolicy("tiny", base_url=base_url, max_retries=3).act([_obs("Hi.")])
+    assert len(hits) == 1
+    with _scripted_server(body, status=503, headers={"retry-after": "0.1"}) as (base_url, hits):
+        with pytest.raises(HTTPPolicyError, match="HTTP 503"):
+            OpenAIPolicy("tiny", base_url=base_url, max_retries=2).act([_obs("Hi.")])
+    assert len(hits) == 3
+
+
+def _submit_reply(usage: object) -> bytes:
+    call = {"id": "call_1", "type": "function", "function": {"name": "submit", "arguments": '{"answer": "x"}'}}
+    return json.dumps(_chat_reply({"role": "assistant", "content": None, "tool_calls": [call]}, usage=usage)).encode()
+
+
+def test_eval_keeps_episodes_with_bad_usage_and_resumes_a_folder_an_older_version_poisoned(tmp_path, capsys):
+    from rl_compaction.cli import main
+
+    out = tmp_path / "eval"
+    with _scripted_server(_submit_reply({"prompt_tokens": 9, "completion_tokens": "x"})) as (base_url, _):
+        argv = ["eval", "--policy", "openai:tiny", "--base-url", base_url, "--env", "probe", "--episodes", "1"]
+        argv += ["--max-turns", "3", "--output-dir", str(out)]
+        assert main(argv) == 0
+        metrics = json.loads((out / "metrics.json").read_text())["policies"]["openai:tiny@evolve"]
+        assert metrics["episodes"] == 1 and metrics["provider_usage"]["output_tokens"] == 0
+        # what an older version stored: the raw string; every later --resume of the folder died on it
+        lines = (out / "episodes.jsonl").read_text().splitlines()
+        record = json.loads(lines[0])
+        for invocation in record["invocations"]:
+            invocation["usage"] = {"input_tokens": 9, "cached_tokens": None, "output_tokens": "x"}
+        (out / "episodes.jsonl").write_text(json.dumps(record) + "\n")
+        assert main([*argv, "--resume", "--episodes", "2"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["policies"]["openai:tiny@evolve"]
+    assert metrics["episodes"] == 2 and metrics["provider_usage"]["input_tokens"] == 9 * 2 * len(record["invocations"])
+    capsys.readouterr()
+
+
+def test_eval_reports_a_failing_server_on_one_line(tmp_path, capsys):
+    from rl_compaction.cli import main
+
+    with _scripted_server(b'{"error": {"message": "bad request"}}', status=400) as (base_url, _):
+        argv = ["eval", "--policy", "openai:tiny", "--base-url", base_url, "--env", "probe", "--episodes", "1"]
+        assert main([*argv, "--output-dir", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert any("HTTP 400" in line and "'tiny'" in line and "--resume continues" in line for line in err.splitlines())

@@ -26,8 +26,16 @@ the per-token logprobs of the message text when requested and returned by the se
 
 Retries: the official client retries connection errors, timeouts, 408/409/429 and 5xx replies
 up to ``max_retries`` times with capped exponential backoff (0.5 s doubling to 8 s, with
-jitter, or the server's ``Retry-After``); other errors fail at once. Any failure raises
-`HTTPPolicyError`, whose message names the endpoint, the model and the cause.
+jitter), or after the server's ``Retry-After`` when that is at most 2 minutes; a longer
+``Retry-After`` is not waited for, and the request fails at once with the delay in the message.
+Other errors fail at once.
+
+Limits: ``timeout_s`` bounds the wait for the reply's headers and each read, and is also a
+deadline for reading the whole body (a server that trickles a byte at a time is cut off), and a
+body over ``max_reply_bytes`` is refused unread beyond the cap. Any failure, a malformed reply
+(not JSON, or the wrong shapes) included, raises `HTTPPolicyError`, whose message names the
+endpoint, the model and the cause. A ``usage`` count that is not a non-negative integer is
+recorded as None, and the turn is kept.
 """
 
 from __future__ import annotations
@@ -41,8 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
-from openai.types.responses import Response
+from openai.types.chat import ChatCompletionMessage
 
 from rl_compaction.policies.base import Policy, Turn
 from rl_compaction.render import chat_messages, chat_tools
@@ -51,6 +58,12 @@ from rl_compaction.state import State
 API_KINDS = ("chat", "responses")
 #: The fields of a State ``reasoning`` item (see `rl_compaction.state`); others are dropped.
 _REASONING_FIELDS = ("type", "id", "summary", "content", "encrypted_content", "status")
+
+
+#: Default cap on a reply body: a chat turn is kilobytes; 32 MB leaves room for long logprobs.
+MAX_REPLY_BYTES = 32 * 2**20
+#: Retry-After values the official client waits for (longer ones fail at once).
+MAX_RETRY_AFTER_S = 120
 
 
 class HTTPPolicyError(RuntimeError):
@@ -188,8 +201,56 @@ def items_from_response_output(output: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _usage(input_tokens: Any, cached_tokens: Any, output_tokens: Any) -> dict[str, Any]:
-    return {"input_tokens": input_tokens, "cached_tokens": cached_tokens, "output_tokens": output_tokens}
+def _count(value: Any) -> int | None:
+    """A provider's token count, or None for anything that is not a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def usage_from_reply(usage: Any, api: str) -> dict[str, Any] | None:
+    """``{"input_tokens", "cached_tokens", "output_tokens"}`` from a reply's ``usage`` object (chat
+    or Responses field names); None without one. A bad count becomes None, never an error."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion, details = (
+        ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
+        if api == "chat"
+        else ("input_tokens", "output_tokens", "input_tokens_details")
+    )
+    cached = usage.get(details)
+    return {
+        "input_tokens": _count(usage.get(prompt)),
+        "cached_tokens": _count(cached.get("cached_tokens")) if isinstance(cached, dict) else None,
+        "output_tokens": _count(usage.get(completion)),
+    }
+
+
+def _chat_choice(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(first choice, its message as checked by the SDK's own message type) of a chat reply."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ValueError("no choices in the reply")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise ValueError(f"choices[0] is {type(choice).__name__}, not an object")
+    message = ChatCompletionMessage.model_validate(choice.get("message")).model_dump(mode="json")
+    return choice, message
+
+
+def _chat_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    content = (choice.get("logprobs") or {}).get("content")
+    return [float(t["logprob"]) for t in content] if content else None
+
+
+def _response_output(data: dict[str, Any]) -> list[dict[str, Any]]:
+    output = data.get("output")
+    if not isinstance(output, list) or not all(isinstance(x, dict) for x in output):
+        raise ValueError("no list of output items in the reply (is it a chat-completions reply?)")
+    for item in output:
+        if item.get("type") == "message" and not isinstance(item.get("content") or [], (str, list)):
+            raise ValueError(f"message content is {type(item['content']).__name__}")
+    return output
 
 
 # --------------------------------------------------------------------------- the policy
@@ -212,6 +273,7 @@ class OpenAIPolicy(Policy):
         timeout_s: float = 600.0,
         max_retries: int = 3,
         max_concurrency: int = 8,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
         extra_body: dict[str, Any] | None = None,
     ):
         """`base_url` None means OpenAI's own API (or ``OPENAI_BASE_URL``), which needs a key from
@@ -235,6 +297,8 @@ class OpenAIPolicy(Policy):
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be >= 1, got {max_reply_bytes}")
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         if not api_key:
             if base_url is None:
@@ -243,7 +307,7 @@ class OpenAIPolicy(Policy):
         self.model, self.api = model, api
         self.temperature, self.top_p, self.max_output_tokens = temperature, top_p, max_output_tokens
         self.logprobs, self.timeout_s, self.max_retries = logprobs, timeout_s, max_retries
-        self.max_concurrency = max_concurrency
+        self.max_concurrency, self.max_reply_bytes = max_concurrency, max_reply_bytes
         self.extra_body = dict(extra_body or {})
         self.name = f"openai-{api}:{model}"
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
@@ -270,16 +334,18 @@ class OpenAIPolicy(Policy):
         params = {"temperature": self.temperature, "top_p": self.top_p}
         return {k: v for k, v in params.items() if v is not None}
 
-    def _call(self, create: Callable[..., Any], expected: type, **kwargs: Any) -> tuple[Any, float]:
-        """Send one request; map every client error to an `HTTPPolicyError` that names endpoint and model."""
+    def _call(self, create: Callable[..., Any], **kwargs: Any) -> tuple[dict[str, Any], float]:
+        """Send one request and read its JSON body within the deadline and size cap; every failure
+        is an `HTTPPolicyError` that names endpoint and model."""
         where = f"{self.api} request to {self.endpoint} (model {self.model!r})"
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         start = time.perf_counter()
         try:
-            reply = create(**kwargs)
+            with create(**kwargs) as response:
+                body = self._read_body(response, where)
         except openai.APIStatusError as e:
-            raise HTTPPolicyError(f"{where} failed with HTTP {e.status_code}: {e.message}") from e
+            raise HTTPPolicyError(f"{where} failed with HTTP {e.status_code}: {e.message}{_retry_note(e)}") from e
         except openai.APITimeoutError as e:
             raise HTTPPolicyError(f"{where} timed out after {self.timeout_s:g} s ({self.max_retries} retries)") from e
         except openai.APIConnectionError as e:
@@ -288,9 +354,32 @@ class OpenAIPolicy(Policy):
         except openai.APIError as e:
             raise HTTPPolicyError(f"{where} failed: {e}") from e
         latency = time.perf_counter() - start
-        if not isinstance(reply, expected):
-            raise HTTPPolicyError(f"{where}: unexpected reply {str(reply)[:200]!r}")
-        return reply, latency
+        try:
+            data = json.loads(body)
+        except ValueError as e:
+            raise HTTPPolicyError(f"{where}: the reply is not JSON ({e}): {body[:120]!r}") from None
+        if not isinstance(data, dict):
+            raise HTTPPolicyError(f"{where}: the reply is {type(data).__name__}, not a JSON object")
+        return data, latency
+
+    def _read_body(self, response: Any, where: str) -> bytes:
+        """The body of a streamed reply, cut off past `max_reply_bytes` or `timeout_s` of reading."""
+        deadline = time.perf_counter() + self.timeout_s
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > self.max_reply_bytes:
+                raise HTTPPolicyError(f"{where}: the reply is over {self.max_reply_bytes:,} bytes; cut off")
+            if time.perf_counter() > deadline:
+                raise HTTPPolicyError(f"{where}: the reply was not complete after {self.timeout_s:g} s; cut off")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _malformed(self, error: Exception) -> HTTPPolicyError:
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return HTTPPolicyError(
+            f"{self.api} request to {self.endpoint} (model {self.model!r}): malformed reply ({detail[:200]})"
+        )
 
     def _chat(self, instructions: str, tools: list[dict[str, Any]], state: State) -> Turn:
         kwargs: dict[str, Any] = {
@@ -305,25 +394,20 @@ class OpenAIPolicy(Policy):
             kwargs["max_completion_tokens"] = self.max_output_tokens
         if self.logprobs:
             kwargs["logprobs"] = True
-        completion, latency = self._call(self._client.chat.completions.create, ChatCompletion, **kwargs)
-        if not completion.choices:
-            raise HTTPPolicyError(f"chat request to {self.endpoint} (model {self.model!r}) returned no choices")
-        choice = completion.choices[0]
-        message = choice.message.model_dump(mode="json")
-        items, malformed = items_from_chat_message(message)
-        logprobs = None
-        if choice.logprobs is not None and choice.logprobs.content:
-            logprobs = [float(t.logprob) for t in choice.logprobs.content]
-        usage = None
-        if completion.usage is not None:
-            details = completion.usage.prompt_tokens_details
-            cached = details.cached_tokens if details is not None else None
-            usage = _usage(completion.usage.prompt_tokens, cached, completion.usage.completion_tokens)
-        extra: dict[str, Any] = {"api": "chat", "id": completion.id, "finish_reason": choice.finish_reason}
+        data, latency = self._call(self._client.chat.completions.with_streaming_response.create, **kwargs)
+        try:
+            choice, message = _chat_choice(data)
+            items, malformed = items_from_chat_message(message)
+            logprobs = _chat_logprobs(choice)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # pydantic's ValidationError is a ValueError
+            raise self._malformed(e) from None
+        usage = usage_from_reply(data.get("usage"), "chat")
+        extra: dict[str, Any] = {"api": "chat", "id": data.get("id"), "finish_reason": choice.get("finish_reason")}
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             content = [{"type": "reasoning_text", "text": reasoning}]
-            extra["reasoning"] = [{"type": "reasoning", "id": f"rs_{completion.id}", "summary": [], "content": content}]
+            rid = f"rs_{data.get('id')}"
+            extra["reasoning"] = [{"type": "reasoning", "id": rid, "summary": [], "content": content}]
         if malformed:
             extra["malformed_calls"] = malformed
         return Turn(
@@ -344,18 +428,16 @@ class OpenAIPolicy(Policy):
             kwargs["max_output_tokens"] = self.max_output_tokens
         if self.logprobs:
             kwargs["include"] = ["message.output_text.logprobs"]
-        response, latency = self._call(self._client.responses.create, Response, **kwargs)
-        parsed = items_from_response_output(
-            [item.model_dump(mode="json", exclude_none=True) for item in response.output]
-        )
-        usage = None
-        if response.usage is not None:
-            details = response.usage.input_tokens_details
-            cached = details.cached_tokens if details is not None else None
-            usage = _usage(response.usage.input_tokens, cached, response.usage.output_tokens)
-        extra: dict[str, Any] = {"api": "responses", "id": response.id, "status": response.status}
-        if response.incomplete_details is not None:
-            extra["incomplete_reason"] = response.incomplete_details.reason
+        data, latency = self._call(self._client.responses.with_streaming_response.create, **kwargs)
+        try:
+            parsed = items_from_response_output(_response_output(data))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise self._malformed(e) from None
+        usage = usage_from_reply(data.get("usage"), "responses")
+        extra: dict[str, Any] = {"api": "responses", "id": data.get("id"), "status": data.get("status")}
+        incomplete = data.get("incomplete_details")
+        if isinstance(incomplete, dict) and incomplete.get("reason"):
+            extra["incomplete_reason"] = incomplete["reason"]
         for key, name in (("reasoning", "reasoning"), ("malformed", "malformed_calls"), ("skipped", "skipped_types")):
             if parsed[key]:
                 extra[name] = parsed[key]
@@ -367,3 +449,15 @@ class OpenAIPolicy(Policy):
             latency_s=latency,
             extra=extra,
         )
+
+
+def _retry_note(error: openai.APIStatusError) -> str:
+    """Why a retryable status was not retried, when the server asked for a wait the client does not make."""
+    value = error.response.headers.get("retry-after") if error.response is not None else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return ""
+    if seconds is not None and seconds > MAX_RETRY_AFTER_S:
+        return f" (the server asked to retry after {seconds:g} s; this client waits at most {MAX_RETRY_AFTER_S} s)"
+    return ""
