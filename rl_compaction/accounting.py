@@ -228,6 +228,37 @@ class TokenCounter(ABC):
         return len(self.input_ids(instructions, tools, state))
 
 
+#: Whitespace runs at least this long are encoded in pieces: tiktoken's regex overflows its stack
+#: (a Rust panic, which is a BaseException and escapes every ``except Exception``) on a run of
+#: about 1M whitespace characters, 1 MB of text that a State or a model turn may well hold.
+_LONG_WHITESPACE = re.compile(r"\s{65536,}")
+_WHITESPACE_PIECE = 16_384
+#: the end of a long run stays with the text after it, so that boundary tokenizes as it would whole
+_WHITESPACE_TAIL = 256
+
+
+def encode_ordinary_safely(encoding: Any, text: str) -> list[int]:
+    """`encoding.encode_ordinary(text)`, with whitespace runs over 64k characters encoded in 16k pieces
+    (a run of whitespace is whitespace tokens either way; the count differs by a few tokens per
+    64k characters at most). A panic of the encoder on any other text becomes a ValueError."""
+    pieces, pos = [], 0
+    for match in _LONG_WHITESPACE.finditer(text):
+        start, end = match.start(), match.end() - _WHITESPACE_TAIL
+        pieces.append(text[pos:start])
+        pieces.extend(text[i : min(i + _WHITESPACE_PIECE, end)] for i in range(start, end, _WHITESPACE_PIECE))
+        pos = end
+    pieces.append(text[pos:])
+    ids: list[int] = []
+    for piece in pieces:
+        try:
+            ids.extend(encoding.encode_ordinary(piece))
+        except BaseException as e:  # pyo3's PanicException derives from BaseException
+            if type(e).__name__ != "PanicException":
+                raise
+            raise ValueError(f"the {encoding.name} tokenizer failed on a text of {len(piece):,} characters") from None
+    return ids
+
+
 class TiktokenCounter(TokenCounter):
     """The documented tiktoken estimate for API models (`rl_compaction.render.estimate_pieces`).
 
@@ -247,7 +278,7 @@ class TiktokenCounter(TokenCounter):
         self._items = _ChunkCache(self._encode_items, max_entries, max_chars, size=lambda key, ids: 4 * len(ids) + 64)
 
     def _encode_batch(self, pieces: list[str]) -> list[list[int]]:
-        return [self.encoding.encode_ordinary(p) for p in pieces]
+        return [encode_ordinary_safely(self.encoding, p) for p in pieces]
 
     def _encode_items(self, items: list[dict[str, Any]]) -> list[list[int]]:
         return self._encode_batch(estimate_pieces("", [], items)[1:-1])
@@ -265,14 +296,16 @@ class TiktokenCounter(TokenCounter):
     def input_ids_full(self, instructions: str, tools: list[dict[str, Any]], state: State) -> list[int]:
         ids: list[int] = []
         for piece in estimate_pieces(instructions, tools, state):
-            ids.extend(self.encoding.encode_ordinary(piece))
+            ids.extend(encode_ordinary_safely(self.encoding, piece))
         return ids
 
     def text_tokens(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        return len(encode_ordinary_safely(self.encoding, text))
 
     def output_tokens(self, items: list[dict[str, Any]]) -> int:
-        enc = self.encoding.encode_ordinary
+        def enc(text: str) -> list[int]:
+            return encode_ordinary_safely(self.encoding, text)
+
         total = 0
         for i, item in enumerate(items):
             kind = item.get("type", "message") if isinstance(item, dict) else None

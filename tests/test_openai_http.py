@@ -555,3 +555,17 @@ def test_eval_reports_a_failing_server_on_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert any("HTTP 400" in line and "'tiny'" in line and "--resume continues" in line for line in err.splitlines())
+
+
+def test_eval_of_a_reply_of_a_million_spaces_finishes(tmp_path, capsys):
+    """The o200k encoder panicked on such text, out of every guard, in eval and again on --resume."""
+    from rl_compaction.cli import main
+
+    body = json.dumps(_chat_reply({"role": "assistant", "content": " " * 1_000_000})).encode()
+    with _scripted_server(body) as (base_url, _):
+        argv = ["eval", "--policy", "openai:tiny", "--base-url", base_url, "--env", "probe", "--episodes", "1"]
+        assert main([*argv, "--max-turns", "2", "--output-dir", str(tmp_path / "eval")]) == 0
+    assert (
+        json.loads((tmp_path / "eval" / "metrics.json").read_text())["policies"]["openai:tiny@evolve"]["episodes"] == 1
+    )
+    capsys.readouterr()
