@@ -191,7 +191,42 @@ def test_broken_or_hanging_code_fails_its_tests_without_crashing(monkeypatch: py
     monkeypatch.setattr(codebase_runner, "TIME_LIMIT_S", 0.2)
     task.call_tool("edit_file", {"path": f.module, "line": line, "old": "((", "new": "(() => { while (true) {} })()"})
     log = task.call_tool("run_tests", {})
-    assert "interrupted" in log and "== summary:" in log
+    assert "FAIL  <suite aborted>" in log and "time limit of 200 ms exceeded" in log and "== summary:" in log
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "[].join.call({length: 2 ** 40})",  # a native loop QuickJS cannot interrupt: the sandbox kills it
+        # at load time, a thrown value whose toString never returns
+        "0; } throw {toString() { for (;;) {} }}; function _z() { const q = 0",
+    ],
+    ids=["native-loop", "looping-toString"],
+)
+def test_task_code_the_engine_cannot_interrupt_is_stopped(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """Task code runs with evolve code's guarantees: run_tests and submit return, the suite fails."""
+    monkeypatch.setattr(codebase_runner, "TIME_LIMIT_S", 0.2)
+    task = make(4)
+    f = next(f for f in task.repo.functions if f.role == "ok")
+    line = next(i for i, text in enumerate(task.files[f.module], 1) if f"const result = {f.code};" in text)
+    task.call_tool("edit_file", {"path": f.module, "line": line, "old": f.code, "new": code})
+    log = task.call_tool("run_tests", {})
+    assert "FAIL  <suite aborted>" in log and "== summary:" in log
+    assert 0.0 <= task.score("done") < 1.0
+
+
+def test_a_nul_in_an_edit_is_just_a_character_to_the_tests() -> None:
+    """An edit may hold a NUL; run_tests used to raise ValueError: embedded null character."""
+    env = make_env("codebase", split="test", difficulty=SMALL, config=EnvConfig(context_window=10**6))
+    env.reset(seed=4)
+    task = env.task
+    f = next(f for f in task.repo.functions if f.role == "ok")
+    line = next(i for i, text in enumerate(task.files[f.module], 1) if f"const result = {f.code};" in text)
+    edit = {"path": f.module, "line": line, "old": f.code, "new": f'"a\x00b" + {f.code}'}
+    env.step([{"type": "function_call", "call_id": "e1", "name": "edit_file", "arguments": json.dumps(edit)}])
+    obs, *_ = env.step([{"type": "function_call", "call_id": "r1", "name": "run_tests", "arguments": "{}"}])
+    log = obs["state"][-1]["output"]
+    assert "== summary:" in log and f"FAIL  {f.name} #1" in log
 
 
 # --------------------------------------------------------------------------- scoring

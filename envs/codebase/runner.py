@@ -1,4 +1,4 @@
-"""Run a repository's tests in a fresh QuickJS context and render the verbose test log.
+"""Run a repository's tests in the evolve sandbox and render the verbose test log.
 
 The log is deliberately long (every test, lint warnings, heap lines, timings): that volume is
 what the agent must learn to compact. All "timings" are pseudo-random but seeded, so the same
@@ -7,31 +7,45 @@ task and call sequence give the same log.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 
-import quickjs
+from rl_compaction.sandbox import MiB, SandboxLimits, run_evolve
 
 TIME_LIMIT_S = 5
-MEMORY_LIMIT = 64 * 1024 * 1024
+MEMORY_LIMIT = 64 * MiB
 
-_HARNESS = """
-var __results = [];
-function test(name, call, expected) {
-  var actual = null, error = null;
+# The suite runner, run by the evolve sandbox (rl_compaction.sandbox) as the body of
+# `function evolve(state)`, so that task code gets the same guarantees as evolve code: a separate
+# process, the CPU limit, and a kill at the limit for a native loop the engine cannot interrupt.
+# Its input is [{sources: [[path, text], ...], suite: text | null}]: the texts arrive as data (a NUL
+# or any other character in an edit is just a character), are run with an indirect eval (global
+# code: their functions become globals, each file's top-level const and let stay in that file),
+# and the output is [load errors by path, test rows, the error that aborted the suite or null].
+_RUNNER = """
+const job = state[0], indirectEval = eval, rows = [], loadErrors = {};
+const firstLine = (e) => { try { return String(e).split("\\n")[0]; } catch (inner) { return "uncaught exception"; } };
+globalThis.test = function (name, call, expected) {
+  let actual = null, error = null;
   try {
-    var v = call();
+    const v = call();
     actual = v === undefined ? "undefined" : JSON.stringify(v);
   } catch (e) {
-    error = String(e);
+    error = firstLine(e);
   }
-  var want = JSON.stringify(expected);
-  __results.push([name, error === null && actual === want, want, actual, error]);
+  const want = JSON.stringify(expected);
+  rows.push([String(name), error === null && actual === want, String(want), actual, error]);
+};
+for (const [path, text] of job.sources) {
+  try { indirectEval(text); } catch (e) { loadErrors[path] = firstLine(e); }
 }
+let aborted = null;
+if (job.suite !== null) {
+  try { indirectEval(job.suite); } catch (e) { aborted = firstLine(e); }
+}
+return [loadErrors, rows, aborted];
 """
-
 _UNUSED = re.compile(r"^\s*const (_\w+) =")
 
 
@@ -50,38 +64,34 @@ class SuiteRun:
     results: dict[str, list[TestResult]]  # suite label -> results in order
 
 
+def _run(sources: dict[str, str], suite: str | None) -> tuple[dict[str, str], list[TestResult], str | None]:
+    """One fresh sandbox run: the sources, then `suite`. A run the sandbox stopped (time, memory, a
+    crash) reports its error as the suite's, with no rows: the tests it did not finish fail."""
+    limits = SandboxLimits(time_s=TIME_LIMIT_S, memory_bytes=MEMORY_LIMIT, stack_bytes=MiB)
+    result = run_evolve([{"sources": list(sources.items()), "suite": suite}], _RUNNER, limits)
+    if result.error is not None:
+        return {}, [], result.error.splitlines()[0]
+    load_errors, rows, aborted = result.state
+    return load_errors, [TestResult(*row) for row in rows], aborted
+
+
 def run_suites(sources: dict[str, str], suites: dict[str, str]) -> SuiteRun:
-    """Load every source file (in order) then run each suite's `test(...)` calls.
+    """Load every source file (in order) then run each suite's `test(...)` calls, each suite in a
+    fresh sandbox run (`_RUNNER`) under the CPU and memory limits.
 
     A source file that fails to load is reported and its functions stay undefined, so their tests
-    fail with a ReferenceError; a suite that is interrupted (time or memory limit) fails the tests
-    it did not reach."""
-    ctx = quickjs.Context()
-    ctx.set_time_limit(TIME_LIMIT_S)
-    ctx.set_memory_limit(MEMORY_LIMIT)
-    ctx.eval(_HARNESS)
+    fail with a ReferenceError; a suite that is stopped (time or memory limit, or the sandbox
+    killed it) fails with one "<suite aborted>" row, and its tests count as not passed."""
     load_errors: dict[str, str] = {}
-    for path, src in sources.items():
-        try:
-            ctx.eval(src)
-        except quickjs.JSException as e:
-            load_errors[path] = str(e).splitlines()[0]
     results: dict[str, list[TestResult]] = {}
     for label, src in suites.items():
-        ctx.eval("__results = [];")
-        error = None
-        try:
-            ctx.eval(src)
-        except quickjs.JSException as e:
-            error = str(e).splitlines()[0]
-        try:
-            rows = json.loads(ctx.eval("JSON.stringify(__results)"))
-        except quickjs.JSException:
-            rows = []
-        got = [TestResult(*row) for row in rows]
-        if error is not None:
-            got.append(TestResult("<suite aborted>", False, "all tests to run", None, error))
+        errors, got, aborted = _run(sources, src)
+        load_errors = load_errors or errors
+        if aborted is not None:
+            got.append(TestResult("<suite aborted>", False, "all tests to run", None, aborted))
         results[label] = got
+    if not suites:
+        load_errors = _run(sources, None)[0]
     return SuiteRun(load_errors, results)
 
 
