@@ -373,13 +373,21 @@ def _utf8(json_text: str) -> bytes:
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
-    data = b""
+    """`n` bytes from `stream` (which may return fewer per read), or None at its end."""
+    data = bytearray()
     while len(data) < n:
         chunk = stream.read(n - len(data))
         if not chunk:
             return None
         data += chunk
-    return data
+    return bytes(data)
+
+
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    """Write all of `data` to an unbuffered stream, which may take only part of it per call."""
+    view = memoryview(data)
+    while view:
+        view = view[stream.write(view) :]
 
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
@@ -438,10 +446,14 @@ class _Worker:
         # The package's folder goes first on the path, so the worker imports this same code
         # even when the caller found it through a sys.path entry added at run time.
         path = os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+        # Unbuffered pipes (raw file objects, no lock of their own): a process forked while another
+        # thread was writing a request inherits a buffered writer's lock held, and its first close
+        # of the inherited pipe would then block forever.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "rl_compaction.sandbox"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            bufsize=0,
             env=dict(os.environ, PYTHONPATH=path),
         )
         self._owner = os.getpid()
@@ -500,14 +512,12 @@ class _Worker:
         proc = self._start()
         try:
             cpu_start = _cpu_seconds(proc.pid)
-            proc.stdin.write(frame)
-            proc.stdin.flush()
+            _write_all(proc.stdin, frame)
         except BrokenPipeError:  # it died between runs: not this code's doing, so try once more
             self._discard()
             proc = self._start()
             cpu_start = _cpu_seconds(proc.pid)
-            proc.stdin.write(frame)
-            proc.stdin.flush()
+            _write_all(proc.stdin, frame)
         return proc, cpu_start
 
     def _wait(self, proc: subprocess.Popen, limits: SandboxLimits, cpu_start: float | None) -> str | None:

@@ -383,3 +383,36 @@ def test_a_worker_that_cannot_start_fails_the_edit_with_a_reason(monkeypatch):
     assert result.error == "the sandbox process could not start (exit code 1)"
     monkeypatch.undo()
     assert run_evolve(STATE, "return state;").state == STATE
+
+
+def test_a_fork_while_another_thread_sends_a_request_does_not_deadlock_the_child():
+    """A thread writes big evolve requests while the main thread forks; each child drops the
+    inherited worker and runs nothing else. With a buffered pipe the child's copy of the writer's
+    lock could be held at the fork, and closing the pipe then blocked forever (after 17-89 forks)."""
+    big = [{"type": "message", "role": "user", "content": "x" * 2_000_000}]
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.is_set():
+            run_evolve(big, "return state;", SandboxLimits(time_s=5))
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    stuck = 0
+    try:
+        for _ in range(150):
+            pid = os.fork()
+            if pid == 0:  # the child: what its first run_evolve does first
+                sandbox._worker.close()
+                os._exit(0)
+            deadline = time.monotonic() + 10
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if done[0] == 0:
+                stuck += 1
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    finally:
+        stop.set()
+        sender.join()
+    assert stuck == 0
