@@ -347,6 +347,16 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scale(text: str) -> float:
+    """A difficulty scale, checked as `Difficulty` checks it (argparse: one usage line, exit 2)."""
+    from rl_compaction.tasks import Difficulty
+
+    try:
+        return Difficulty(scale=float(text), level=1).scale
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _seed(text: str) -> int:
     """A task seed: an integer >= 0 (argparse turns the ValueError into one usage line, exit 2)."""
     value = int(text)
@@ -482,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=("train", "validation", "test"))
     p.add_argument("--episodes", type=int, default=5)
     p.add_argument("--seed-start", type=_seed, default=0)
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--level", type=int, default=2)
     p.add_argument("--context-window", type=int, default=32_768)
     p.add_argument("--compaction-threshold", type=int, default=None)
@@ -534,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=8, help="episodes per family")
     p.add_argument("--strategies", default="evolve,none,clear_tool_outputs,sliding_window")
     p.add_argument("--split", default="train", choices=("train", "validation", "test"))
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--level", type=int, default=2)
     p.add_argument("--context-window", type=int, default=32_768)
     p.add_argument("--compaction-threshold", type=int, default=None)
@@ -559,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = esub.add_parser("check", help="check a family against the task contract (rl_compaction.checker)")
     p.add_argument("family")
     p.add_argument("--seeds", type=int, default=2, help="seeds per split (the oracle plays each test seed)")
-    p.add_argument("--scale", type=float, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
+    p.add_argument("--scale", type=_scale, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
     p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
     p.set_defaults(func=cmd_envs_check)
     for action, func, helptext in (
@@ -569,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = esub.add_parser(action, help=helptext)
         p.add_argument("family")
         p.add_argument("--split", default="test", choices=("train", "validation", "test"))
-        p.add_argument("--scale", type=float, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
+        p.add_argument("--scale", type=_scale, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
         p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
         p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
         p.set_defaults(func=func)

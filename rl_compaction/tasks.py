@@ -27,6 +27,10 @@ class ToolError(Exception):
     """A task tool was called with bad arguments; the message goes back to the agent as the tool output."""
 
 
+#: The largest `Difficulty.scale`: scale 1.0 is an episode of ~32k tokens of tool output.
+MAX_SCALE = 1000.0
+
+
 @dataclass(frozen=True)
 class Difficulty:
     """Knobs shared by every family (families may read `level` as they see fit).
@@ -40,8 +44,12 @@ class Difficulty:
     level: int = 2
 
     def __post_init__(self) -> None:
-        if not self.scale > 0:
-            raise ValueError(f"difficulty scale must be > 0, got {self.scale}")
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)):
+            raise ValueError(f"difficulty scale must be a number, got {self.scale!r}")
+        # finite and bounded: generators multiply volumes by it (inf overflowed them, 1e300 made them
+        # allocate without end); MAX_SCALE is ~30M tokens of tool output, past any context window
+        if not 0 < self.scale <= MAX_SCALE:
+            raise ValueError(f"difficulty scale must be in (0, {MAX_SCALE:g}], got {self.scale}")
         if self.level not in (1, 2, 3):
             raise ValueError(f"difficulty level must be 1, 2 or 3, got {self.level}")
 

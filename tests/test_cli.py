@@ -265,3 +265,30 @@ def test_a_negative_seed_is_a_usage_error_not_a_gymnasium_traceback(capsys, comm
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "invalid seed (an integer >= 0) value" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("scale", ["inf", "1e300", "nan", "0"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "--policy", "oracle", "--env", "probe", "--episodes", "1"],
+        ["envs", "show", "probe"],
+        ["envs", "oracle", "probe"],
+        ["demos", "--families", "probe", "--episodes", "1"],
+    ],
+    ids=["eval", "envs-show", "envs-oracle", "demos"],
+)
+def test_a_non_finite_or_absurd_scale_is_refused_before_any_work(command, scale, tmp_path, capsys):
+    """--scale inf crashed the generators with an OverflowError; 1e300 grew memory without end."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--scale", scale])
+    assert exit_info.value.code == 2
+    assert "difficulty scale must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale", [float("inf"), 1e300, True, "1"])
+def test_difficulty_refuses_non_finite_absurd_or_non_numeric_scales(scale):
+    from rl_compaction.tasks import Difficulty
+
+    with pytest.raises(ValueError, match="difficulty scale must be"):
+        Difficulty(scale=scale)
