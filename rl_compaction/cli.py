@@ -341,7 +341,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     try:
         output_dir = args.output_dir or time.strftime("runs/quickstart-%Y%m%d-%H%M%S")
         report = run_quickstart(output_dir)
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         raise UsageError(str(e)) from None
     _print_report(report)
     return 0

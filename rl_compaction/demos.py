@@ -46,6 +46,7 @@ from datasets import Dataset, Features, List, Value
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.evolve import EVOLVE
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy, make_env
+from rl_compaction.outputs import check_output_dir
 from rl_compaction.render import chat_messages, chat_tools
 from rl_compaction.state import State
 from rl_compaction.tasks import SPLITS, SUBMIT_TOOL, Difficulty, family_names
@@ -298,6 +299,7 @@ def write_demos(
     rows and evolve rows per family and strategy) and returns it. Raises ValueError for bad
     arguments and when no episode succeeded (nothing to learn from)."""
     families, strategies = list(families), list(strategies)
+    check_output_dir(out_dir)
     weights = check_demo_settings(families, episodes_per_family, strategies, keep_failed, weights)
     cycle = [s for s, w in zip(strategies, weights, strict=True) for _ in range(w)]
     if split not in SPLITS:

@@ -22,6 +22,7 @@ from typing import Any
 from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
+from rl_compaction.outputs import check_output_dir
 from rl_compaction.policies.base import Policy, ScriptedPolicy
 from rl_compaction.reports import format_share, progress_bar, render_table, selection_share, wilson_interval
 from rl_compaction.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
@@ -290,7 +291,7 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
 
 def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
     """Run every policy on the same task seeds; write episodes, metrics and the plot."""
-    out = Path(config.output_dir)
+    out = check_output_dir(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:

@@ -33,6 +33,7 @@ import yaml
 
 from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
+from rl_compaction.outputs import check_output_dir
 from rl_compaction.sft import train_sft
 from rl_compaction.tasks import SUBMIT_TOOL
 
@@ -104,6 +105,7 @@ class ReproduceConfig:
                 raise ValueError(f"scale must be a finite number, got {scale!r}")
             Difficulty(scale=scale, level=self.level)
         EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
+        check_output_dir(self.output_dir)
         check_demo_settings(
             [self.family], self.demo_episodes, self.demo_strategies, self.keep_failed, self.demo_weights
         )

@@ -37,6 +37,7 @@ from trl.trainer.utils import pad
 
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
 from rl_compaction.env import CompactionEnv, EnvConfig
+from rl_compaction.outputs import check_output_dir
 from rl_compaction.policies.base import Policy, Turn, turns_from_ids
 from rl_compaction.reward import RewardConfig, episode_reward
 from rl_compaction.rollout import EpisodeRecord, closing_envs, rollout
@@ -80,6 +81,7 @@ class CompactionGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_output_dir(self.output_dir)
         if self.loss_type not in TOKEN_LEVEL_LOSSES:
             raise ValueError(
                 f"loss_type {self.loss_type!r} normalises per row, so the number of segments of an episode would "

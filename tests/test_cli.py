@@ -292,3 +292,34 @@ def test_difficulty_refuses_non_finite_absurd_or_non_numeric_scales(scale):
 
     with pytest.raises(ValueError, match="difficulty scale must be"):
         Difficulty(scale=scale)
+
+
+def _bad_output_dirs(tmp_path: Path) -> dict[str, Path]:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    return {"is-a-file": blocker, "inside-a-file": blocker / "out"}
+
+
+OUTPUT_COMMANDS = {
+    "demos": ["demos", "--families", "probe", "--episodes", "1", "--scale", "0.06"],
+    "eval": ["eval", "--policy", "oracle", "--env", "probe", "--episodes", "1", "--scale", "0.06", "--output-dir"],
+    "sft": ["sft", "--config", "configs/sft/tiny-cpu.yaml", "--output_dir"],
+    "train": ["train", "--config", "configs/train/tiny-cpu.yaml", "--output_dir"],
+    "reproduce": ["reproduce", "--config", "configs/reproduce/quickstart.yaml", "--output-dir"],
+    "quickstart": ["quickstart", "--output-dir"],
+}
+
+
+@pytest.mark.parametrize("kind", ["is-a-file", "inside-a-file"])
+@pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
+def test_an_output_folder_that_cannot_be_one_is_one_line_and_exit_2_before_any_work(
+    command, kind, tmp_path, capsys, monkeypatch
+):
+    """It was a traceback (exit 1), in demos only after all its episodes had run."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    out = _bad_output_dirs(tmp_path)[kind]
+    if command == "demos":  # no episode may run first
+        monkeypatch.setattr("rl_compaction.demos.make_env", lambda *a, **k: pytest.fail("made an env"))
+    assert main([*OUTPUT_COMMANDS[command], str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"output folder {out}" in err
