@@ -25,6 +25,16 @@ from typing import Any
 
 from rl_compaction.tiny import build_tiny_tokenizer
 
+#: Files of which a model or tokenizer folder holds at least one (config, tokenizers, GGUF-free weights).
+MODEL_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "adapter_config.json",
+)
+
 #: Written last into a model folder this module made; its presence means the folder is complete.
 MARKER = "rl_compaction_model.json"
 
@@ -309,6 +319,11 @@ def resolve_model(name_or_path: str) -> Path:
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
+        if not any(p.name in MODEL_FILES for p in path.iterdir()):
+            raise ValueError(
+                f"{name_or_path} holds no model or tokenizer ({', '.join(MODEL_FILES[:3])}, ...): the wrong folder, "
+                "or one a crash left unfinished?"
+            )
         return path
     if path.exists():
         raise ValueError(f"{name_or_path} is a file; a model is a directory or one of: {_known_names()}")

@@ -80,6 +80,9 @@ class CompactionGRPOConfig(GRPOConfig):
     log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
 
     def __post_init__(self) -> None:
+        if isinstance(self.num_generations, int) and self.num_generations < 2:
+            # TRL divides by it (a ZeroDivisionError for 0); a group of one has no baseline either
+            raise ValueError(f"num_generations must be >= 2 (episodes per task group), got {self.num_generations}")
         super().__post_init__()
         check_output_dir(self.output_dir)
         if self.loss_type not in TOKEN_LEVEL_LOSSES:

@@ -323,3 +323,23 @@ def test_an_output_folder_that_cannot_be_one_is_one_line_and_exit_2_before_any_w
     assert main([*OUTPUT_COMMANDS[command], str(out)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"output folder {out}" in err
+
+
+def test_an_empty_model_folder_is_named_as_such(tmp_path, capsys):
+    """It said "install sentencepiece or tiktoken", though both are installed."""
+    empty = tmp_path / "model"
+    empty.mkdir()
+    argv = ["eval", "--policy", str(empty), "--env", "probe", "--episodes", "1", "--scale", "0.06"]
+    assert main([*argv, "--output-dir", str(tmp_path / "eval")]) == 2
+    assert f"{empty} holds no model or tokenizer" in capsys.readouterr().err
+    argv = ["train", "--config", "configs/train/tiny-cpu.yaml", "--model_name_or_path", str(empty)]
+    assert main([*argv, "--output_dir", str(tmp_path / "train")]) == 2
+    assert f"{empty} holds no model or tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", ["0", "1"])
+def test_train_refuses_groups_of_fewer_than_two_episodes(n, tmp_path, capsys):
+    """num_generations 0 was a ZeroDivisionError inside TRL."""
+    argv = ["train", "--config", "configs/train/tiny-cpu.yaml", "--num_generations", n]
+    assert main([*argv, "--output_dir", str(tmp_path / "train")]) == 2
+    assert "num_generations must be >= 2" in capsys.readouterr().err

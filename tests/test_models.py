@@ -54,6 +54,9 @@ def test_known_models_are_described() -> None:
 def test_resolve_existing_directory_is_itself(home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "my-model"
     folder.mkdir()
+    with pytest.raises(ValueError, match="holds no model or tokenizer"):  # empty: not a model yet
+        resolve_model(str(folder))
+    (folder / "config.json").write_text("{}")
     assert resolve_model(str(folder)) == folder
     assert not home.exists()  # a path never touches the cache
 
