@@ -22,3 +22,52 @@ def check_output_dir(path: str | Path) -> Path:
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise ValueError(f"output folder {path} cannot be created: {nearest} is not writable")
     return folder
+
+
+def _step(folder: Path) -> int:
+    """The step of a ``checkpoint-STEP`` folder (-1 for another name)."""
+    tail = folder.name.rsplit("-", 1)[-1]
+    return int(tail) if folder.name.startswith("checkpoint-") and tail.isdigit() else -1
+
+
+def check_checkpoint(path: str | Path) -> Path:
+    """`path` if it is a complete Trainer checkpoint; else ValueError naming what is missing or cut
+    off and the checkpoint before it. A kill during a save leaves a folder with a truncated
+    model.safetensors or no trainer_state.json, and resuming from it failed with a SafetensorError."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint {path} is not a folder")
+    problem = None
+    if not (folder / "trainer_state.json").is_file():
+        problem = "it has no trainer_state.json"
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                for key in f.keys():
+                    f.get_slice(key)
+        except (SafetensorError, OSError, ValueError) as e:
+            problem = f"{weights.name} is unreadable ({str(e).splitlines()[0][:120]})"
+            break
+    if problem is None:
+        return folder
+    step = _step(folder)
+    earlier = [p for p in folder.parent.glob("checkpoint-*") if _step(p) < step]
+    hint = f"; resume from {max(earlier, key=_step)} instead" if earlier else ""
+    raise ValueError(f"checkpoint {folder} is incomplete: {problem} (a save that was killed?){hint}")
+
+
+def resolve_resume(resume: str | bool | None, output_dir: str | Path) -> str | None:
+    """The checkpoint a run resumes from: None for none; True (or "true") means the last one in
+    `output_dir`, as in the Trainer. It is checked to be complete (`check_checkpoint`)."""
+    if resume in (None, False, "", "false", "False"):
+        return None
+    if resume is True or str(resume).lower() == "true":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+        if last is None:
+            raise ValueError(f"no checkpoint in {output_dir} to resume from")
+        resume = last
+    return str(check_checkpoint(resume))

@@ -45,7 +45,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 from rl_compaction import chat_format
 from rl_compaction.demos import row_observation, turn_kind
 from rl_compaction.models import load_pretrained
-from rl_compaction.outputs import check_output_dir
+from rl_compaction.outputs import check_output_dir, resolve_resume
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
 _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
@@ -243,6 +243,7 @@ def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelC
     """Train on the demos and save the model to ``args.output_dir``; returns the trainer (its
     ``state.log_history`` holds the losses)."""
     check_output_dir(args.output_dir)
+    args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     save_policy_model(trainer, args.output_dir)

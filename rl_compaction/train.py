@@ -16,6 +16,7 @@ import sys
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from rl_compaction.models import load_pretrained
+from rl_compaction.outputs import resolve_resume
 from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 from rl_compaction.wandb_resume import continue_wandb_run
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     if "wandb" in (args.report_to or []):
         if not os.environ.get("WANDB_API_KEY"):
             os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later

@@ -343,3 +343,41 @@ def test_train_refuses_groups_of_fewer_than_two_episodes(n, tmp_path, capsys):
     argv = ["train", "--config", "configs/train/tiny-cpu.yaml", "--num_generations", n]
     assert main([*argv, "--output_dir", str(tmp_path / "train")]) == 2
     assert "num_generations must be >= 2" in capsys.readouterr().err
+
+
+def _checkpoints(out: Path) -> None:
+    """checkpoint-2 complete, checkpoint-4 as a kill during its save leaves it (weights cut off)."""
+    import torch
+    from safetensors.torch import save_file
+
+    for step in (2, 4):
+        folder = out / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+        save_file({"w": torch.zeros(64, 64)}, str(folder / "model.safetensors"))
+    weights = out / "checkpoint-4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+@pytest.mark.parametrize("which", ["checkpoint-4", "true"])
+def test_resuming_from_a_half_written_checkpoint_names_it_and_the_one_before(command, which, tmp_path, capsys):
+    """It was a SafetensorError traceback."""
+    out = tmp_path / "run"
+    _checkpoints(out)
+    resume = str(out / which) if which.startswith("checkpoint") else which
+    argv = [command, "--config", f"configs/{command}/tiny-cpu.yaml", "--output_dir", str(out)]
+    assert main([*argv, "--resume_from_checkpoint", resume]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {out / 'checkpoint-4'} is incomplete: model.safetensors is unreadable" in err
+    assert f"resume from {out / 'checkpoint-2'} instead" in err and "Traceback" not in err
+
+
+def test_a_complete_checkpoint_passes_the_check(tmp_path):
+    from rl_compaction.outputs import check_checkpoint, resolve_resume
+
+    _checkpoints(tmp_path)
+    assert check_checkpoint(tmp_path / "checkpoint-2") == tmp_path / "checkpoint-2"
+    assert resolve_resume(None, tmp_path) is None
+    with pytest.raises(ValueError, match="no checkpoint in"):
+        resolve_resume("true", tmp_path / "nothing-here")
