@@ -328,7 +328,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     try:
         config = ReproduceConfig.from_yaml(args.config, output_dir=args.output_dir)
-        report = run_reproduce(config)
+        report = run_reproduce(config, resume=args.resume)
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
     _print_report(report)
@@ -339,8 +339,10 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from rl_compaction.quickstart import run_quickstart
 
     try:
+        if args.resume and not args.output_dir:
+            raise ValueError("--resume needs the --output-dir of the run to continue")
         output_dir = args.output_dir or time.strftime("runs/quickstart-%Y%m%d-%H%M%S")
-        report = run_quickstart(output_dir)
+        report = run_quickstart(output_dir, resume=args.resume)
     except (FileExistsError, ValueError) as e:
         raise UsageError(str(e)) from None
     _print_report(report)
@@ -473,11 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quickstart", help="a shortened reproduction on CPU: demos, SFT, GRPO, eval (minutes)")
     p.add_argument("--output-dir", default=None, help="default: runs/quickstart-<date>-<time>")
+    p.add_argument("--resume", action="store_true", help="continue a failed or killed run in --output-dir")
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("reproduce", help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines")
     p.add_argument("--config", default=str(REPRODUCE_CONFIG), help="a ReproduceConfig YAML")
     p.add_argument("--output-dir", default=None, help="overrides the config's output_dir")
+    p.add_argument("--resume", action="store_true", help="continue a failed or killed run there (same config)")
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")

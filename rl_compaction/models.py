@@ -23,6 +23,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from rl_compaction.tiny import build_tiny_tokenizer
 
 #: Files of which a model or tokenizer folder holds at least one (config, tokenizers, GGUF-free weights).
@@ -347,7 +349,12 @@ def resolve_model(name_or_path: str) -> Path:
         return shipped_dir(name_or_path)
     if _is_complete(folder, name_or_path, record):
         return folder
-    return build_named_tiny(name_or_path, folder)
+    # one build per machine: a second process waits for the first one's and then reuses it
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent / f".{name_or_path}.lock")):
+        if _is_complete(folder, name_or_path, record):
+            return folder
+        return build_named_tiny(name_or_path, folder)
 
 
 def _tiny_record(spec: ModelSpec) -> dict[str, Any]:

@@ -19,7 +19,10 @@ from rl_compaction.reproduce import CONFIGS, ReproduceConfig, run_reproduce
 QUICKSTART_CONFIG = CONFIGS / "reproduce" / "quickstart.yaml"
 
 
-def run_quickstart(output_dir: str | Path = "runs/quickstart", **overrides: Any) -> dict[str, Any]:
+def run_quickstart(
+    output_dir: str | Path = "runs/quickstart", *, resume: bool = False, **overrides: Any
+) -> dict[str, Any]:
     """Run the shortened reproduction into `output_dir` (`overrides`: ReproduceConfig fields, e.g. for a
-    still shorter test run); returns `run_reproduce`'s report."""
-    return run_reproduce(ReproduceConfig.from_yaml(QUICKSTART_CONFIG, output_dir=str(output_dir), **overrides))
+    still shorter test run; `resume`: continue a run there); returns `run_reproduce`'s report."""
+    config = ReproduceConfig.from_yaml(QUICKSTART_CONFIG, output_dir=str(output_dir), **overrides)
+    return run_reproduce(config, resume=resume)

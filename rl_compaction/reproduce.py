@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -290,56 +291,107 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
     return lines
 
 
-def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
-    """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings."""
+#: Written into the output folder after each stage: the stages done and their timings, so that a
+#: run that failed or was killed can be resumed (`resume=True`) from the first stage not done.
+PROGRESS_FILE = "progress.json"
+
+
+def _open_output(config: ReproduceConfig, resume: bool) -> tuple[Path, dict[str, float]]:
+    """The output folder, and the timings of the stages a resumed run already finished."""
     out = Path(config.output_dir)
+    settings = json.loads(json.dumps(asdict(config)))  # as config.json holds it
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; choose another --output-dir or remove it")
+        if not resume:
+            raise FileExistsError(
+                f"{out} is not empty; pass --resume to continue a run there with the same config, "
+                "or choose another --output-dir or remove it"
+            )
+        try:
+            saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise ValueError(f"{out} holds no readable config.json of a reproduce run; it cannot be resumed") from None
+        changed = sorted(k for k in set(saved) | set(settings) if k != "output_dir" and saved.get(k) != settings.get(k))
+        if changed:
+            raise ValueError(
+                f"{out} was run with another config ({', '.join(changed[:6])} differ); resume it with the "
+                "same config, or choose another --output-dir"
+            )
+        try:
+            return out, dict(json.loads((out / PROGRESS_FILE).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return out, {}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=2), encoding="utf-8")
+    (out / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    return out, {}
+
+
+def _done(out: Path, timings: dict[str, float], stage: str, start: float) -> None:
+    timings[stage] = time.perf_counter() - start
+    (out / PROGRESS_FILE).write_text(json.dumps(timings, indent=2), encoding="utf-8")
+
+
+def _fresh(*folders: Path) -> None:
+    """Remove what an interrupted stage left, so that it starts clean."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
+    With `resume`, a folder holding a run of the same config continues from its first unfinished
+    stage (the eval also keeps its finished episodes)."""
+    out, timings = _open_output(config, resume)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_DIR", str(out))
-    timings: dict[str, float] = {}
+    if timings:
+        _log(f"resuming {out}: done already: {', '.join(timings)}")
 
-    start = _stage(1, 5, f"oracle demonstrations on {config.family} ({', '.join(config.demo_strategies)})")
-    write_demos(
-        out / "demos",
-        [config.family],
-        config.demo_episodes,
-        config.demo_strategies,
-        keep_failed=config.keep_failed,
-        weights=config.demo_weights,
-        tokenizer_name_or_path=config.model,
-        **config.task,
-    )
-    timings["demos"] = time.perf_counter() - start
-
-    start = _stage(2, 5, f"SFT warm start of {config.model} (TRL SFTTrainer)")
-    base = {
-        "use_cpu": True,
-        "save_strategy": "no",
-        "report_to": "none",
-        "bf16": False,  # fp32 on CPU, as in GRPO (TRL turns bf16 on by default)
-        "activation_checkpointing": False,
-    }
-    start_model = config.model
-    if config.sft_answers:
-        _log("SFT phase 1: the answer turns alone")
-        train_sft(
+    if "demos" not in timings:
+        start = _stage(1, 5, f"oracle demonstrations on {config.family} ({', '.join(config.demo_strategies)})")
+        _fresh(out / "demos")
+        write_demos(
             out / "demos",
-            start_model,
-            out / "sft_answers",
-            turn_kinds=[SUBMIT_TOOL["name"]],
-            **{**base, **config.sft_answers},
+            [config.family],
+            config.demo_episodes,
+            config.demo_strategies,
+            keep_failed=config.keep_failed,
+            weights=config.demo_weights,
+            tokenizer_name_or_path=config.model,
+            **config.task,
         )
-        start_model = str(out / "sft_answers")
-        _log("SFT phase 2: every turn")
-    train_sft(out / "demos", start_model, out / "sft", balance_turns=config.balance_turns, **{**base, **config.sft})
-    timings["sft"] = time.perf_counter() - start
+        _done(out, timings, "demos", start)
 
-    start = _stage(3, 5, "GRPO from the SFT checkpoint on the task reward")
-    history = run_grpo(config, out / "sft", out / "grpo")
-    timings["grpo"] = time.perf_counter() - start
+    if "sft" not in timings:
+        start = _stage(2, 5, f"SFT warm start of {config.model} (TRL SFTTrainer)")
+        _fresh(out / "sft_answers", out / "sft")
+        base = {
+            "use_cpu": True,
+            "save_strategy": "no",
+            "report_to": "none",
+            "bf16": False,  # fp32 on CPU, as in GRPO (TRL turns bf16 on by default)
+            "activation_checkpointing": False,
+        }
+        start_model = config.model
+        if config.sft_answers:
+            _log("SFT phase 1: the answer turns alone")
+            train_sft(
+                out / "demos",
+                start_model,
+                out / "sft_answers",
+                turn_kinds=[SUBMIT_TOOL["name"]],
+                **{**base, **config.sft_answers},
+            )
+            start_model = str(out / "sft_answers")
+            _log("SFT phase 2: every turn")
+        train_sft(out / "demos", start_model, out / "sft", balance_turns=config.balance_turns, **{**base, **config.sft})
+        _done(out, timings, "sft", start)
+
+    if "grpo" not in timings:
+        start = _stage(3, 5, "GRPO from the SFT checkpoint on the task reward")
+        _fresh(out / "grpo")
+        run_grpo(config, out / "sft", out / "grpo")
+        _done(out, timings, "grpo", start)
+    history = json.loads((out / "grpo" / "log_history.json").read_text(encoding="utf-8"))
 
     start = _stage(4, 5, f"eval on {config.eval_episodes} held-out test tasks")
     common = {
@@ -363,6 +415,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
             compaction_threshold=config.compaction_threshold,
             **common,
         ),
+        resume=resume,
         use_wandb=config.wandb,
     )
     unlimited = run_eval(
@@ -371,9 +424,10 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
             output_dir=str(out / "eval_unlimited"),
             context_window=config.unlimited_window,
             **common,
-        )
+        ),
+        resume=resume,
     )
-    timings["eval"] = time.perf_counter() - start
+    _done(out, timings, "eval", start)
 
     _stage(5, 5, "table, plots and verdict")
     rows = dict(windowed["metrics"]["policies"])

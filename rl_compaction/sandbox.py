@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import BinaryIO
 
+import psutil
 import quickjs
 
 from rl_compaction.state import MAX_DEPTH, State
@@ -428,7 +429,7 @@ class _Worker:
     # input State, encoding the reply).
     KILL_MARGIN_S = 0.25
     POLL_S = 0.02
-    # Where the worker's CPU time cannot be read (no /proc), its wall time stands in, this much looser.
+    # Where the worker's CPU time cannot be read (psutil cannot say), its wall time stands in, this much looser.
     WALL_FACTOR = 4.0
     # This wall-clock guard only catches a worker that stopped answering without using CPU (its
     # machine is swapping, or the engine waits on something).
@@ -557,16 +558,13 @@ class _Worker:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) a process has used, where /proc tells it (Linux); else None."""
+    """CPU time (user + system) a process has used, as psutil reads it (Linux, macOS, Windows, BSD);
+    None where it cannot (the process is gone, or the platform does not say)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError, NotImplementedError):
         return None
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return times.user + times.system
 
 
 def _exit_reason(status: int | None) -> str:

@@ -219,3 +219,25 @@ def test_hub_repo_ids_resolve_only_from_the_local_cache(tmp_path, monkeypatch):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     assert resolve_model("acme/tiny-chat") == snapshot
+
+
+def test_two_callers_of_an_unbuilt_model_build_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file lock serialises builds of a named model (two processes used to both build tiny-recall)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rl_compaction import models
+
+    monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
+    builds: list[int] = []
+    real = models.build_tiny_model
+
+    def slow_build(*args, **kwargs):
+        builds.append(1)
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(models, "build_tiny_model", slow_build)
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: resolve_model("tiny"), range(2)))
+    assert folders[0] == folders[1] and len(builds) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -45,8 +46,20 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="none of reward/reward"):
         learning_curve([{"step": 1, "loss": 0.1}])
     assert list((out / "eval" / "wandb").glob("offline-run-*"))
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError, match="pass --resume"):
         run_quickstart(out)
+    # a run that died in GRPO resumes there, with the same config: demos and SFT are not redone
+    progress = json.loads((out / "progress.json").read_text())
+    assert list(progress) == ["demos", "sft", "grpo", "eval"]
+    (out / "progress.json").write_text(json.dumps({k: progress[k] for k in ("demos", "sft")}))
+    shutil.rmtree(out / "grpo")
+    monkeypatch.setattr("rl_compaction.reproduce.write_demos", lambda *a, **k: pytest.fail("demos redone"))
+    monkeypatch.setattr("rl_compaction.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT redone"))
+    again = run_quickstart(out, resume=True, **short)
+    assert (out / "grpo" / "model.safetensors").exists() and again["timings"]["sft"] == progress["sft"]
+    assert list(json.loads((out / "progress.json").read_text())) == ["demos", "sft", "grpo", "eval"]
+    with pytest.raises(ValueError, match="was run with another config .*eval_episodes"):
+        run_quickstart(out, resume=True, **{**short, "eval_episodes": 2})
 
 
 def test_reproduce_config_rejects_unknown_fields(tmp_path):
