@@ -258,6 +258,42 @@ try {
 }
 })()
 """
+# Evaluated in every fresh context before the harness: evolve code is deterministic, so that a
+# recorded episode can be re-derived by replaying its code. Math.random is a seeded generator
+# (mulberry32, the same sequence in every run), and the clock is fixed: Date.now(), new Date() and
+# Date() read FIXED_CLOCK_MS, performance.now() reads 0. Dates built from arguments are unchanged.
+FIXED_CLOCK_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+_DETERMINISM = """\
+"use strict";
+(() => {
+const RealDate = Date, construct = Reflect.construct, define = Object.defineProperty, FIXED = __FIXED__;
+let seed = 0;
+const random = () => {
+  seed = (seed + 0x6D2B79F5) | 0;
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+};
+const FixedDate = function Date(...args) {
+  if (new.target === undefined) return new RealDate(FIXED).toString();
+  return construct(RealDate, args.length ? args : [FIXED], new.target);
+};
+FixedDate.prototype = RealDate.prototype;
+FixedDate.now = () => FIXED;
+FixedDate.parse = RealDate.parse;
+FixedDate.UTC = RealDate.UTC;
+const hidden = { writable: true, configurable: true, enumerable: false };
+define(RealDate.prototype, "constructor", { ...hidden, value: FixedDate });
+define(globalThis, "Date", { ...hidden, value: FixedDate });
+define(Math, "random", { ...hidden, value: random });
+const clock = Object.create(null);
+define(clock, "now", { value: () => 0, enumerable: true });
+define(clock, "timeOrigin", { value: FIXED, enumerable: true });
+define(globalThis, "performance", { writable: true, configurable: true, enumerable: true, value: clock });
+})();
+0
+""".replace("__FIXED__", str(FIXED_CLOCK_MS))
+
 # Lines of padding before the compiled code, so that a stack frame in the code (line > offset)
 # cannot be mistaken for one in the harness.
 _LINE_OFFSET = 10_000
@@ -335,6 +371,7 @@ def _evaluate(state_json: str, code_json: str, limits: SandboxLimits) -> tuple[s
     try:
         ctx.set("__input", state_json)
         ctx.set("__code", code_json)
+        ctx.eval(_DETERMINISM)
         ctx.eval("globalThis.__input = JSON.parse(__input); globalThis.__code = JSON.parse(__code); 0")
     except quickjs.JSException as e:  # only if the input itself exceeds the stack
         return None, f"input State could not be loaded: {_describe_uncaught(e, limits)}"

@@ -416,3 +416,15 @@ def test_a_fork_while_another_thread_sends_a_request_does_not_deadlock_the_child
         stop.set()
         sender.join()
     assert stuck == 0
+
+
+def test_evolve_code_is_deterministic_a_fixed_clock_and_a_seeded_random():
+    """The same code on the same State gives the same State, so a recorded episode replays exactly."""
+    code = "return [Math.random(), Math.random(), Date.now(), new Date().toISOString(), Date(), performance.now()];"
+    first, second = run_evolve(STATE, code), run_evolve(STATE, code)
+    assert first.error is None and first.state == second.state
+    r1, r2, now, iso, text, perf = first.state
+    assert 0 <= r1 < 1 and r1 != r2 and now == sandbox.FIXED_CLOCK_MS and perf == 0
+    assert iso == "2026-01-01T00:00:00.000Z" and text.startswith("Thu Jan 01 2026")
+    explicit = "return [new Date(0).toISOString(), Date.UTC(2020, 0, 1), new Date() instanceof Date];"
+    assert run_evolve(STATE, explicit).state == ["1970-01-01T00:00:00.000Z", 1577836800000, True]
