@@ -246,6 +246,7 @@ class CompactionEnv(gym.Env):
         self.compaction_requests = 0
         self._call_counter = 0
         self._ended = False
+        self._closed = False
         self._input_ids = self._render()
         return self._observation(), {
             "task_seed": self.task_seed,
@@ -261,6 +262,9 @@ class CompactionEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self._ended:
             raise ResetNeeded("the episode has ended (terminated or truncated); call reset() to start another")
+        if self._closed:
+            # the family's resources are gone: playing on would quietly restart them (a new JVM) mid-episode
+            raise ResetNeeded("the env was closed; call reset() to start another episode")
         turn = self._read_action(action)
         saved = self._bookmark()
         try:
@@ -332,7 +336,9 @@ class CompactionEnv(gym.Env):
             del items[n:]
 
     def close(self) -> None:
-        """Release the family's resources (e.g. a simulator process); the env may be reset again afterwards."""
+        """Release the family's resources (e.g. a simulator process); the env may be reset again
+        afterwards, but the episode under way is over (`step` raises until then)."""
+        self._closed = True
         self.family.close()
         super().close()
 

@@ -6,6 +6,7 @@ import json
 
 import gymnasium as gym
 import pytest
+from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
 from rl_compaction.env import CompactionEnv, EnvConfig, InvalidAction
@@ -394,3 +395,14 @@ def test_the_env_declares_render_fps_and_runs_as_a_sync_vector_env():
             break
     vec.close()
     assert scores == [1.0, 1.0]
+
+
+def test_step_after_close_raises_until_the_next_reset():
+    env = probe_env()
+    env.reset(seed=0)
+    env.step([call("next_batch", {"index": 1})])
+    env.close()
+    with pytest.raises(ResetNeeded, match="closed"):
+        env.step([call("next_batch", {"index": 2}, "c2")])
+    env.reset(seed=0)
+    env.step([call("next_batch", {"index": 1})])
