@@ -48,6 +48,7 @@ from rl_compaction.evolve import EVOLVE
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy, make_env
 from rl_compaction.outputs import check_output_dir
 from rl_compaction.render import chat_messages, chat_tools
+from rl_compaction.reports import progress_bar
 from rl_compaction.state import State
 from rl_compaction.tasks import SPLITS, SUBMIT_TOOL, Difficulty, family_names
 
@@ -311,6 +312,7 @@ def write_demos(
 
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
     for family in families:
         envs: dict[str, CompactionEnv] = {}
         for k in range(episodes_per_family):
@@ -323,6 +325,7 @@ def write_demos(
                 )
                 envs[strategy] = make_env(family, split=split, strategy=strategy, config=config, difficulty=difficulty)
             episode_rows, info = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
+            bar.update(1)
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
             s["successful"] += bool(info["success"])
@@ -334,6 +337,7 @@ def write_demos(
                 s["rows"] += len(episode_rows)
                 s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
                 rows.extend(episode_rows)
+    bar.close()
     if not rows:
         raise ValueError(f"no oracle episode succeeded ({json.dumps(stats)}); raise context_window or lower scale")
 

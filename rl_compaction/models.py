@@ -161,9 +161,18 @@ def _pip_download(requirement: str, into: Path) -> Path:
     """Download the package for `requirement` (no dependencies) with this interpreter's pip."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", str(into)]
     _log(f"downloading {requirement} with pip (no dependencies) into {into}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # pip's own output and progress go to our stderr (the command's stdout is the model's path);
+    # its errors are kept for the message
+    try:
+        shown: Any = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stderr with no file behind it (captured)
+        shown = subprocess.PIPE
+    proc = subprocess.run(cmd, stdout=shown, stderr=subprocess.PIPE, text=True)
+    for text in (proc.stdout, proc.stderr):
+        if text:
+            sys.stderr.write(text)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        tail = "\n".join((proc.stderr or "").strip().splitlines()[-8:])
         raise RuntimeError(f"pip download {requirement} failed (exit {proc.returncode}):\n{tail}")
     archives = sorted(p for p in into.iterdir() if p.is_file())
     if len(archives) != 1:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
-import time
 from typing import Any
 
 import torch
 
 from rl_compaction.evolve import EVOLVE_TOOL, system_suffix
+from rl_compaction.reports import progress_bar
 from rl_compaction.tasks import SUBMIT_TOOL
 
 CUES = ("is called", "has the code", "is named", "was marked", "keeps the word", "has the label")
@@ -86,24 +85,21 @@ def train_recall(model: Any, tokenizer: Any, steps: int = 800, lr: float = 3e-3,
     corpus = RecallCorpus(tokenizer, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    losses, start = [], time.perf_counter()
-    for step in range(steps):
-        length = corpus.rng.choice(SHORT if step < steps // 2 else LONG)
-        ids, mask, target = corpus.batch(max(4, STEP_TOKENS // length), length)
-        loss = torch.nn.functional.cross_entropy(last_logits(model, ids, mask), target)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if (step + 1) % 100 == 0 or step + 1 == steps:
-            recent = losses[-100:]
-            print(
-                f"[recall] step {step + 1}/{steps}  loss {sum(recent) / len(recent):.3f}  "
-                f"{time.perf_counter() - start:.0f}s",
-                file=sys.stderr,
-                flush=True,
-            )
+    losses: list[float] = []
+    with progress_bar(steps, "recall pretraining") as bar:
+        for step in range(steps):
+            length = corpus.rng.choice(SHORT if step < steps // 2 else LONG)
+            ids, mask, target = corpus.batch(max(4, STEP_TOKENS // length), length)
+            loss = torch.nn.functional.cross_entropy(last_logits(model, ids, mask), target)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            bar.update(1)
+            if (step + 1) % 20 == 0 or step + 1 == steps:
+                recent = losses[-100:]
+                bar.set_postfix_str(f"loss {sum(recent) / len(recent):.3f}")
     model.eval()
     return losses
 

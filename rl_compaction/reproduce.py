@@ -35,7 +35,7 @@ import yaml
 from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.outputs import check_output_dir
-from rl_compaction.sft import train_sft
+from rl_compaction.sft import train_sft, write_model_card
 from rl_compaction.tasks import SUBMIT_TOOL
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -194,6 +194,7 @@ def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[s
     trainer = build_trainer(CompactionGRPOConfig(**settings), ModelConfig(model_name_or_path=str(model_dir)))
     trainer.train()
     trainer.save_model(str(out))
+    write_model_card(trainer, out, str(model_dir))
     if "wandb" in (trainer.args.report_to or []):
         import wandb
 

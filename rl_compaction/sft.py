@@ -224,9 +224,9 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     )
 
 
-def save_policy_model(trainer: SFTTrainer, output_dir: str | Path) -> Path:
-    """Save the trained model and tokenizer as a plain model folder (a PEFT adapter merged in), so
-    eval and GRPO load it like any model."""
+def save_policy_model(trainer: Any, output_dir: str | Path, base_model: str | None = None) -> Path:
+    """Save a TRL trainer's model and tokenizer as a plain model folder (a PEFT adapter merged in),
+    so eval and GRPO load it like any model, with TRL's model card naming `base_model`."""
     output_dir = Path(output_dir)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):  # PEFT: the policy loaders expect full weights
@@ -236,7 +236,24 @@ def save_policy_model(trainer: SFTTrainer, output_dir: str | Path) -> Path:
             trainer.processing_class.save_pretrained(output_dir)
     else:
         trainer.save_model(str(output_dir))
+    if trainer.accelerator.is_main_process:
+        write_model_card(trainer, output_dir, base_model)
     return output_dir
+
+
+def write_model_card(trainer: Any, output_dir: Path, base_model: str | None) -> Path:
+    """TRL's model card in `output_dir`/README.md. TRL names the base model only when it is a hub id;
+    for a local folder (every start of a recipe here) its card read "a fine-tuned version of [None]"."""
+    trainer.create_model_card(model_name=output_dir.name)
+    card = Path(trainer.args.output_dir) / "README.md"
+    text = card.read_text(encoding="utf-8")
+    hub_id = base_model and not Path(base_model).expanduser().exists() and base_model.count("/") == 1
+    named = f"[{base_model}](https://huggingface.co/{base_model})" if hub_id else f"`{base_model}` (a local model)"
+    text = text.replace("[None](https://huggingface.co/None)", named if base_model else "a local model")
+    (output_dir / "README.md").write_text(text, encoding="utf-8")
+    if card.resolve() != (output_dir / "README.md").resolve():
+        card.unlink()
+    return output_dir / "README.md"
 
 
 def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelConfig) -> SFTTrainer:
@@ -246,7 +263,7 @@ def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelC
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    save_policy_model(trainer, args.output_dir)
+    save_policy_model(trainer, args.output_dir, model_args.model_name_or_path)
     if trainer.accelerator.is_main_process:
         _log(f"saved the trained model to {args.output_dir}")
     return trainer

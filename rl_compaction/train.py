@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from rl_compaction.models import load_pretrained
 from rl_compaction.outputs import resolve_resume
+from rl_compaction.sft import write_model_card
 from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 from rl_compaction.wandb_resume import continue_wandb_run
 
@@ -41,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
             continue_wandb_run(args.resume_from_checkpoint)
     trainer = build_trainer(args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    trainer.save_model(args.output_dir)
+    trainer.save_model(args.output_dir)  # a PEFT run saves its adapter, as TRL's scripts do
+    if trainer.accelerator.is_main_process:
+        write_model_card(trainer, Path(args.output_dir), model_args.model_name_or_path)
     if "wandb" in (args.report_to or []):
         import wandb
 

@@ -381,3 +381,9 @@ def test_a_complete_checkpoint_passes_the_check(tmp_path):
     assert resolve_resume(None, tmp_path) is None
     with pytest.raises(ValueError, match="no checkpoint in"):
         resolve_resume("true", tmp_path / "nothing-here")
+
+
+def test_demos_shows_progress_over_its_oracle_episodes(tmp_path, capsys):
+    assert main(["demos", str(tmp_path / "d"), "--families", "probe", "--episodes", "4", "--scale", "0.06"]) == 0
+    err = capsys.readouterr().err
+    assert "oracle demonstrations (probe)" in err and "4/4" in err

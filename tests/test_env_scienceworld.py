@@ -12,6 +12,7 @@ import re
 import sys
 
 import pytest
+from gymnasium.error import ResetNeeded
 
 from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
 from envs.scienceworld.oracle import BOX_MOVE, END_MARK, EVOLVE_CODE, PLANE_FOCUS, STATUS_MARK, next_notice, task_label
@@ -228,6 +229,10 @@ def test_env_close_ends_the_java_process():
     assert process.poll() is None
     env.close()
     assert process.poll() is not None and env.family.process is None
+    look = {"type": "function_call", "call_id": "c1", "name": "look", "arguments": "{}"}
+    with pytest.raises(ResetNeeded, match="closed"):  # it used to start a new JVM and replay the episode
+        env.step([look])
+    assert env.family.process is None
     env.reset(seed=0)  # a closed family starts a new process when used again
     assert env.family.process.poll() is None
     env.close()
@@ -386,3 +391,19 @@ def test_the_oracle_plays_a_session_through_its_own_compaction(family):
         obs, *_ = env.step(turn)
         turn = oracle.act(obs["state"])
     assert env.task.scores[:2] == [100, 100] and oracle.task == 2
+
+
+def test_listings_are_canonical_so_a_seed_reads_the_same_on_every_load():
+    """ScienceWorld lists a room's objects in an order that changes between loads (6 orders in 20
+    loads of this opening); the family sorts each listing, nested contents under their object."""
+    from envs.scienceworld.simulator import Episode, Simulator, canonical
+
+    listing = "Room: \n\tb thing\n\ta cup. In it:\n\t\tz\n\t\ty\nYou also see:\n\tA door\n\tA box"
+    assert canonical(listing) == "Room: \n\ta cup. In it:\n\t\ty\n\t\tz\n\tb thing\nYou also see:\n\tA box\n\tA door"
+    assert canonical(canonical(listing)) == canonical(listing)
+    simulator = Simulator()
+    try:
+        openings = {simulator.opening(Episode("chemistry-mix-paint-secondary-color", 27))[1] for _ in range(10)}
+    finally:
+        simulator.close()
+    assert len(openings) == 1

@@ -20,7 +20,7 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     short = {
         "demo_episodes": 2,
         "sft": {"max_steps": 1},
-        "grpo": {"max_steps": 1},
+        "grpo": {"max_steps": 1, "max_turns": 6},  # short episodes: a near-random model's GRPO step stays cheap
         "eval_episodes": 1,
         "eval_max_turns": 10,
     }

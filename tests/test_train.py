@@ -287,6 +287,8 @@ def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_ada
     assert any(not torch.equal(v, reference[k]) for k, v in merged.state_dict().items())
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
     assert "kl" in state["log_history"][0]
+    card = (out / "README.md").read_text()
+    assert "[None]" not in card and "fine-tuned version of `tiny` (a local model)" in card
 
 
 def test_two_processes_with_different_row_counts_stay_in_step(tmp_path):
