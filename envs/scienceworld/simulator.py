@@ -10,8 +10,9 @@ is seeded by its variation, so a task's world is rebuilt by loading it again and
 call it made, in order (the free look and inventory too); the simulator does that whenever another
 task used the process in between, and after a failure. ScienceWorld is not exactly deterministic:
 the order in which it goes through objects can change between runs, so a room may list the same
-objects in another order and, rarely, a temperature comes out a degree apart. A replay is therefore
-checked against the recorded outputs line by line in any order, and a real difference is an error.
+objects in another order (every observation is therefore `canonical`: its listings sorted) and,
+rarely, a temperature comes out a degree apart. A replay is checked against the recorded outputs
+line by line in any order, and a real difference is an error.
 
 Every failure of the simulator (a Java exception, a dead process, a diverging replay) is raised
 as `SimulatorError`, which the task turns into a tool error for the agent.
@@ -34,6 +35,39 @@ FIRST_ACTION = "look around"
 _GOLD_PATHS: dict[tuple[str, int, str], tuple[str, ...]] = {}
 
 _TASK_IDS = itertools.count(1)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip("\t"))
+
+
+def _sorted_listing(lines: list[str]) -> list[str]:
+    """`lines` with every run of equally tab-indented lines sorted, each with the more deeply
+    indented lines under it (sorted the same way) kept beneath it."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        depth = _indent(lines[i])
+        if depth == 0 or not lines[i].strip():
+            out.append(lines[i])
+            i += 1
+            continue
+        units: list[list[str]] = []
+        while i < len(lines) and _indent(lines[i]) == depth and lines[i].strip():
+            j = i + 1
+            while j < len(lines) and _indent(lines[j]) > depth:
+                j += 1
+            units.append([lines[i], *_sorted_listing(lines[i + 1 : j])])
+            i = j
+        out.extend(line for unit in sorted(units) for line in unit)
+    return out
+
+
+def canonical(observation: str) -> str:
+    """An observation with its object listings in a fixed order. ScienceWorld lists a room's objects
+    in an order that changes between loads of the same world (6 orders in 20 loads of one opening),
+    so the same seed gave different observations; sorted, the same world reads the same."""
+    return "\n".join(_sorted_listing(observation.split("\n")))
 
 
 class SimulatorError(Exception):
@@ -186,11 +220,11 @@ class Simulator:
 
     def _free_call(self, call: str) -> str:
         server = self._env.server
-        return self._call({"look": server.freeActionLook, "inventory": server.freeActionInventory}[call])
+        return canonical(self._call({"look": server.freeActionLook, "inventory": server.freeActionInventory}[call]))
 
     def _step(self, action: str) -> Outcome:
         server = self._env.server
-        observation = self._call(server.step, action)
+        observation = canonical(self._call(server.step, action))
         return Outcome(observation, round(100 * self._call(server.getScore)), bool(self._call(server.getCompleted)))
 
     def _call(self, fn: Any, *args: Any) -> Any:
