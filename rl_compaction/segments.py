@@ -33,11 +33,17 @@ class Segment:
         return sum(self.mask)
 
 
-def build_segments(invocations: Sequence[tuple[Sequence[int], Sequence[int], Sequence[float] | None]]) -> list[Segment]:
-    """Rows from (prompt_ids, completion_ids, logprobs) per model invocation, in episode order."""
+def build_segments(
+    invocations: Sequence[tuple[Sequence[int], Sequence[int], Sequence[float] | None]],
+    trained: Sequence[bool] | None = None,
+) -> list[Segment]:
+    """Rows from (prompt_ids, completion_ids, logprobs) per model invocation, in episode order.
+    `trained[i]` False keeps invocation i's tokens in its row but out of the loss (mask 0), as TRL's
+    `mask_truncated_completions` does for a turn cut off at the token budget."""
     rows: list[Segment] = []
     current: Segment | None = None
     for index, (prompt, completion, logprobs) in enumerate(invocations):
+        bit = 1 if trained is None or trained[index] else 0
         prompt, completion = list(prompt), list(completion)
         logprobs = list(logprobs) if logprobs is not None else [0.0] * len(completion)
         if len(logprobs) != len(completion):
@@ -47,10 +53,10 @@ def build_segments(invocations: Sequence[tuple[Sequence[int], Sequence[int], Seq
             if len(prompt) >= len(so_far) and prompt[: len(so_far)] == so_far:
                 between = prompt[len(so_far) :]
                 current.completion_ids += between + completion
-                current.mask += [0] * len(between) + [1] * len(completion)
+                current.mask += [0] * len(between) + [bit] * len(completion)
                 current.logprobs += [0.0] * len(between) + logprobs
                 current.turns.append(index)
                 continue
-        current = Segment(prompt, completion, [1] * len(completion), logprobs, [index])
+        current = Segment(prompt, completion, [bit] * len(completion), logprobs, [index])
         rows.append(current)
     return rows

@@ -33,6 +33,7 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
 
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
@@ -156,6 +157,11 @@ def task_dataset(families: list[str], weights: list[float] | None, split: str, n
     return Dataset.from_list(rows)
 
 
+def _ended(completion: list[int], stop_ids: set[int]) -> bool:
+    """Whether a sampled turn ended on its own (EOS) rather than at the token budget."""
+    return bool(completion) and completion[-1] in stop_ids
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group") -> torch.Tensor:
     """A_i = (r_i - mean of its group) / (std + 1e-4); std of the group ("group"), of the whole
     batch ("batch"), or none ("none"). Consecutive `group_size` rewards form a group."""
@@ -172,10 +178,11 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     return advantages
 
 
-def episode_reward_func(prompts: list, completions: list, episode_reward: list[float], **kwargs: Any) -> list[float]:
-    """The episode reward in TRL's reward-function form (rows carry it precomputed from the finished
-    episode); it names the reward column in TRL's logs."""
-    return list(episode_reward)
+def episode_reward_func(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    """TRL's GRPOTrainer takes reward functions; here the reward is of a whole episode
+    (`CompactionGRPOTrainer.reward_fn`), computed once it ends, so TRL never calls this. Its name
+    names the reward in TRL's metrics (``rewards/episode_reward_func/mean`` and ``/std``)."""
+    raise RuntimeError("episode rewards come from CompactionGRPOTrainer.reward_fn; TRL does not score turns here")
 
 
 class TRLGenerationPolicy(Policy):
@@ -275,11 +282,12 @@ class CompactionGRPOTrainer(GRPOTrainer):
         advantages = advantages[start : start + len(inputs)]
 
         rows: list[tuple[Segment, float]] = []
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         for record, advantage in zip(records, advantages.tolist(), strict=True):
-            segments = build_segments(
-                [(inv.prompt_ids, inv.completion_ids, inv.logprobs) for inv in record.invocations]
-            )
-            rows.extend((s, advantage) for s in segments)
+            calls = [(inv.prompt_ids, inv.completion_ids, inv.logprobs) for inv in record.invocations]
+            # TRL's mask_truncated_completions: a turn cut off at max_completion_length is not trained
+            trained = [not self.mask_truncated_completions or _ended(c, stop_ids) for _, c, _ in calls]
+            rows.extend((s, advantage) for s in build_segments(calls, trained))
         # Episodes yield different numbers of rows on each process. Every process must run the same
         # number of forward passes (FSDP and ZeRO-3 gather parameters in each one, so a process with
         # fewer chunks would leave the others waiting), and TRL splits the batch into
@@ -292,7 +300,33 @@ class CompactionGRPOTrainer(GRPOTrainer):
         rows += [(Segment([pad_id], [pad_id], [0], [0.0]), 0.0)] * (target - len(rows))
         batch = self._rows_to_tensors(rows, device)
         self._log_episode_metrics(mode, records, rewards, rows)
+        self._log_trl_metrics(mode, records, self.accelerator.gather(local), G)
         return batch
+
+    def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
+        """The metrics TRL's own GRPO logs, over episodes (rewards) and model turns (completions)."""
+        mean, std = rewards.mean().item(), rewards.std().item() if rewards.numel() > 1 else 0.0
+        zero_std = (rewards.view(-1, group).std(dim=1) < 1e-6).float().mean().item()
+        for key, value in (("reward", mean), ("reward_std", std), ("frac_reward_zero_std", zero_std)):
+            self._metrics[mode][key].append(value)
+        self._metrics[mode]["rewards/episode_reward_func/mean"].append(mean)
+        self._metrics[mode]["rewards/episode_reward_func/std"].append(std)
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        turns = [(len(inv.prompt_ids), inv.completion_ids) for r in records for inv in r.invocations]
+        local = [(p, len(c), not _ended(c, stop_ids)) for p, c in turns]
+        gathered = gather_object(local)
+        if mode == "train":
+            self.state.num_input_tokens_seen += sum(p + n for p, n, _ in gathered)
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+        if not gathered:
+            return
+        lengths = [n for _, n, _ in gathered]
+        ended = [n for _, n, cut in gathered if not cut] or [0]
+        for name, values in (("", lengths), ("_terminated", ended)):
+            self._metrics[mode][f"completions/mean{name}_length"].append(sum(values) / len(values))
+            self._metrics[mode][f"completions/min{name}_length"].append(float(min(values)))
+            self._metrics[mode][f"completions/max{name}_length"].append(float(max(values)))
+        self._metrics[mode]["completions/clipped_ratio"].append(sum(cut for *_, cut in gathered) / len(gathered))
 
     def _any_active(self, local: bool) -> bool:
         if self.accelerator.num_processes == 1:
@@ -301,23 +335,36 @@ class CompactionGRPOTrainer(GRPOTrainer):
         return bool(self.accelerator.gather(flag).sum().item())
 
     def _rows_to_tensors(self, rows: list[tuple[Segment, float]], device: torch.device) -> dict[str, Any]:
-        pad_id = self._tokenizer.pad_token_id
-        prompt_ids = pad([torch.tensor(s.prompt_ids) for s, _ in rows], padding_value=pad_id, padding_side="left").to(
-            device
-        )
+        pad_id, multiple = self._tokenizer.pad_token_id, self.pad_to_multiple_of
+        prompt_ids = pad(
+            [torch.tensor(s.prompt_ids) for s, _ in rows],
+            padding_value=pad_id,
+            padding_side="left",
+            pad_to_multiple_of=multiple,
+        ).to(device)
         prompt_mask = pad(
-            [torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows], padding_value=0, padding_side="left"
+            [torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows],
+            padding_value=0,
+            padding_side="left",
+            pad_to_multiple_of=multiple,
         ).to(device)
         completion_ids = pad(
-            [torch.tensor(s.completion_ids) for s, _ in rows], padding_value=pad_id, padding_side="right"
+            [torch.tensor(s.completion_ids) for s, _ in rows],
+            padding_value=pad_id,
+            padding_side="right",
+            pad_to_multiple_of=multiple,
         ).to(device)
         completion_mask = pad(
             [torch.ones(len(s.completion_ids), dtype=torch.long) for s, _ in rows],
             padding_value=0,
             padding_side="right",
+            pad_to_multiple_of=multiple,
         ).to(device)
         tool_mask = pad(
-            [torch.tensor(s.mask, dtype=torch.long) for s, _ in rows], padding_value=0, padding_side="right"
+            [torch.tensor(s.mask, dtype=torch.long) for s, _ in rows],
+            padding_value=0,
+            padding_side="right",
+            pad_to_multiple_of=multiple,
         ).to(device)
         advantages = torch.tensor([a for _, a in rows], dtype=torch.float32, device=device)
         loss_mask = completion_mask * tool_mask
@@ -337,7 +384,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
         batch_size = (
             self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
         )
-        with torch.no_grad():
+        # TRL's own context: no gradient checkpointing for these no-grad forwards
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             generate_every = self.args.steps_per_generation * self.num_iterations
             if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
                 output["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
@@ -348,10 +396,15 @@ class CompactionGRPOTrainer(GRPOTrainer):
                     input_ids, attention_mask, logits_to_keep, batch_size
                 )
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            sampled = pad([torch.tensor(s.logprobs) for s, _ in rows], padding_value=0.0, padding_side="right").to(
-                device
-            )
-            diff = (output["old_per_token_logps"] - sampled) * loss_mask
+            sampled = pad(
+                [torch.tensor(s.logprobs) for s, _ in rows],
+                padding_value=0.0,
+                padding_side="right",
+                pad_to_multiple_of=multiple,
+            ).to(device)
+            # a logprob vLLM could not give (NaN) gets a zero difference: ratio 1, as in TRL
+            diff = torch.nan_to_num((output["old_per_token_logps"] - sampled) * loss_mask, nan=0.0)
+            output["sampling_per_token_logps"] = torch.nan_to_num(sampled, nan=0.0)
             ratio = torch.exp(diff)
             output["importance_sampling_ratio"] = torch.clamp(
                 ratio, min=self.vllm_importance_sampling_clip_min, max=self.vllm_importance_sampling_clip_max

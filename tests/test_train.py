@@ -162,6 +162,30 @@ def test_one_row_and_the_same_tokens_in_two_segments_give_the_same_gradient(tiny
         tiny_trainer.loss_type = "dapo"
 
 
+def test_pad_to_multiple_of_is_honoured(tiny_trainer):
+    """TRL's option pads every tensor's length to a multiple; the override used to ignore it."""
+    from rl_compaction.segments import Segment
+
+    rows = [(Segment([5, 6, 7], [20, 21, 22, 23, 24], [1, 1, 1, 0, 1], [0.0] * 5), 1.0)]
+    tiny_trainer.pad_to_multiple_of = 8
+    try:
+        batch = tiny_trainer._rows_to_tensors(rows, torch.device("cpu"))
+    finally:
+        tiny_trainer.pad_to_multiple_of = None
+    assert batch["prompt_ids"].shape[1] == 8 and batch["completion_ids"].shape[1] == 8
+    assert batch["tool_mask"].shape == batch["completion_mask"].shape == (1, 8)
+    assert batch["tool_mask"].sum() == 4 and batch["num_items_in_batch"] == 4  # padding is never trained
+
+
+def test_a_turn_cut_off_at_the_budget_can_be_left_out_of_the_loss():
+    """TRL's mask_truncated_completions: the cut turn stays in its row (context) with mask 0."""
+    p1, c1, p2_extra, c2 = [1, 2], [10, 11], [7], [12, 13]
+    calls = [(p1, c1, None), (p1 + c1 + p2_extra, c2, None)]
+    (row,) = build_segments(calls, trained=[True, False])
+    assert row.completion_ids == [10, 11, 7, 12, 13] and row.mask == [1, 1, 0, 0, 0]
+    assert build_segments(calls)[0].mask == [1, 1, 0, 1, 1]
+
+
 def test_per_row_losses_are_rejected_in_config(tmp_path):
     with pytest.raises(ValueError, match="number of segments"):
         CompactionGRPOConfig(output_dir=str(tmp_path), loss_type="grpo", use_cpu=True)
@@ -240,7 +264,16 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
         "compactions",
         "evolve_failures",
         "segments_per_episode",
+        # TRL's own GRPO metrics, which the override used to drop
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "rewards/episode_reward_func/mean",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "num_tokens",
     } <= logged
+    assert state["num_input_tokens_seen"] > 0
 
 
 def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch):
