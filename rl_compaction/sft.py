@@ -288,8 +288,15 @@ def train_sft(
     return run_sft(script_args, args, model_args)
 
 
+#: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else
+CONFIG_HELP = (
+    "Fields come from TRL's dataclasses below; --config FILE.yaml reads them from a YAML file "
+    "(configs/), and flags given after it override the file's values."
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig))
+    parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP)
     script_args, args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")

@@ -30,13 +30,21 @@ def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> Compac
     return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
 
 
+#: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else
+CONFIG_HELP = (
+    "Fields come from TRL's dataclasses below; --config FILE.yaml reads them from a YAML file "
+    "(configs/), and flags given after it override the file's values."
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((CompactionGRPOConfig, ModelConfig))
+    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP)
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     if "wandb" in (args.report_to or []):
+        os.environ.setdefault("WANDB_DIR", args.output_dir)  # the run's files beside its checkpoints, not in ./wandb
         if not os.environ.get("WANDB_API_KEY"):
             os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
         if args.resume_from_checkpoint:
