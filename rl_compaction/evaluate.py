@@ -274,8 +274,18 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
     for i, r in enumerate(rows):
         lo, hi = r["success_ci95"]
         y = r["success_rate"]
+        # hollow markers, each a size smaller than the one before: rows at the same point (a learned
+        # row equal to its warm start) stay visible one inside the other
         ax.errorbar(
-            r["mean_cost"], y, yerr=[[y - lo], [hi - y]], fmt="os^Dv"[i % 5], capsize=4, markersize=7, label=r["policy"]
+            r["mean_cost"],
+            y,
+            yerr=[[y - lo], [hi - y]],
+            fmt="os^Dv"[i % 5],
+            capsize=4,
+            markersize=max(4.0, 11.0 - 1.5 * i),
+            markerfacecolor="none",
+            markeredgewidth=1.8,
+            label=r["policy"],
         )
     ax.set_xlabel("mean total cost per episode (input-token equivalents)")
     ax.set_ylabel("success rate (95% Wilson interval)")

@@ -228,6 +228,21 @@ def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], 
     return series
 
 
+#: the smallest y-range a learning-curve panel shows (rates always show 0-1), so that noise of a
+#: few thousandths does not look like a trend and an all-zero series sits on an honest axis
+_MIN_SPAN = {"reward/reward": 0.5, "compactions": 2.0}
+_RATES = ("success", "selection_share")
+
+
+def _curve_limits(key: str, values: list[float]) -> tuple[float, float]:
+    if key in _RATES:
+        return -0.05, 1.05
+    lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
+    span = max(hi - lo, _MIN_SPAN.get(key, 0.2 * max(abs(lo), abs(hi), 1.0)))
+    middle = (lo + hi) / 2
+    return middle - 0.55 * span, middle + 0.55 * span
+
+
 def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
     """Reward, success, cost and compactions per GRPO step (`learning_curve`), one panel each."""
     import matplotlib
@@ -239,6 +254,7 @@ def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(17, 3.2))
     for ax, (key, label) in zip(axes, CURVE_PANELS, strict=True):
         ax.plot(*series[key], marker="o", markersize=3)
+        ax.set_ylim(*_curve_limits(key, series[key][1]))
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)

@@ -124,3 +124,18 @@ def test_the_verdict_compares_cost_only_where_a_row_succeeds():
     assert "costs 0.50x" in lines[2]  # overlapping intervals, a cheaper learned row
     assert "better on success than the learned policy" in lines[3]
     assert "not met: success 0% vs 100%" in lines[4]
+
+
+def test_learning_curve_axes_do_not_magnify_noise():
+    """A 0.008 change in reward looked steep, and all-zero series got a +-0.04 axis."""
+    from rl_compaction.reproduce import _curve_limits
+
+    lo, hi = _curve_limits("reward/reward", [-0.213, -0.221])
+    assert hi - lo >= 0.5 and lo < -0.221 and hi > -0.213
+    lo, hi = _curve_limits("compactions", [0.0, 0.0])
+    assert hi - lo >= 2.0
+    assert _curve_limits("success", [0.0, 0.0]) == (-0.05, 1.05)
+    lo, hi = _curve_limits("cost/total", [25_000.0, 26_000.0])
+    assert hi - lo >= 5_000  # 20% of the level at least
+    lo, hi = _curve_limits("reward/reward", [-1.0, 2.0])  # a real trend keeps its own range
+    assert lo <= -1.0 and hi >= 2.0 and hi - lo < 3.5
