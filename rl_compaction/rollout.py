@@ -50,6 +50,7 @@ class EpisodeRecord:
     invocations: list[Invocation] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     state_versions: list[dict[str, Any]] = field(default_factory=list)
+    #: this episode's share of its lockstep batch's wall time (batch time / episodes in the batch)
     wall_s: float = 0.0
 
     @property
@@ -130,11 +131,10 @@ def rollout(
     if len(envs) != len(seeds):
         raise ValueError("rollout needs one seed per env")
     episode_ids = episode_ids or list(range(len(envs)))
-    records, observations, started = [], [], []
+    records, observations, batch_start = [], [], time.perf_counter()
     for env, seed, ep in zip(envs, seeds, episode_ids, strict=True):
         obs, info = env.reset(seed=seed)
         observations.append(obs)
-        started.append(time.perf_counter())
         records.append(
             EpisodeRecord(policy.name, env.family.name, env.split, info["task_seed"], ep, dict(settings or {}))
         )
@@ -154,12 +154,16 @@ def rollout(
             if terminated or truncated:
                 records[i].info = info
                 records[i].state_versions = env.state_versions
-                records[i].wall_s = time.perf_counter() - started[i]
             else:
                 still.append(i)
         if on_step:
             on_step(len(active) - len(still))
         active = still
+    # Episodes run in lockstep, so each one's own span is about the whole batch's: record its share
+    # of the batch's wall time instead, so that the per-episode mean is the real cost of an episode.
+    share = (time.perf_counter() - batch_start) / len(envs) if envs else 0.0
+    for record in records:
+        record.wall_s = share
     return records
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from transformers import AutoTokenizer
@@ -54,7 +55,11 @@ def test_batched_turns_carry_exact_prompt_ids_sampled_ids_and_logprobs(policy):
 
 def test_rollout_records_line_up_with_the_env_ledger_and_segments(policy):
     envs = make_envs(2, policy.tokenizer)
+    start = time.perf_counter()
     records = rollout(policy, envs, [0, 0])
+    batch_s = time.perf_counter() - start
+    # each episode's wall time is its share of the lockstep batch (it read as the whole batch's)
+    assert records[0].wall_s == records[1].wall_s and 0 < sum(r.wall_s for r in records) <= batch_s
     for record in records:
         assert record.info["truncated_reason"] == "max_turns" and len(record.invocations) == 3
         rows = record.info["ledger_rows"]
