@@ -32,13 +32,13 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-import rl_compaction
 from rl_compaction.chat_format import render_prompt
 from rl_compaction.render import estimate_pieces
 from rl_compaction.state import State, text_of
@@ -693,8 +693,9 @@ def local_cache_model(shape: ServingShape) -> CacheModel:
 
 
 def default_presets_path() -> Path:
-    """configs/accounting.yaml of this checkout (editable install or clone)."""
-    return Path(rl_compaction.__file__).resolve().parents[1] / "configs" / "accounting.yaml"
+    """The presets the package ships (rl_compaction/data/accounting.yaml, read with importlib.resources,
+    so a wheel install has them too); configs/accounting.yaml is the user-facing copy, kept equal by a test."""
+    return Path(str(resources.files("rl_compaction") / "data" / "accounting.yaml"))
 
 
 def _read_presets(path: str | Path | None) -> tuple[str, dict[str, CacheModel]]:

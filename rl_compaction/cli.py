@@ -16,9 +16,6 @@ from typing import Any
 
 from rl_compaction.state import State, StateError, dumps_state, load_state
 
-REPRODUCE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "reproduce" / "vault-tiny-cpu.yaml"
-
-
 #: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 
@@ -324,10 +321,11 @@ def _print_report(report: dict) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from rl_compaction.reproduce import ReproduceConfig, run_reproduce
+    from rl_compaction.reproduce import RECIPES, ReproduceConfig, run_reproduce
 
     try:
-        config = ReproduceConfig.from_yaml(args.config, output_dir=args.output_dir)
+        path = args.config or RECIPES / "vault-tiny-cpu.yaml"
+        config = ReproduceConfig.from_yaml(path, output_dir=args.output_dir)
         report = run_reproduce(config, resume=args.resume)
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
@@ -479,7 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("reproduce", help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines")
-    p.add_argument("--config", default=str(REPRODUCE_CONFIG), help="a ReproduceConfig YAML")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a ReproduceConfig YAML (default: the packaged copy of configs/reproduce/vault-tiny-cpu.yaml)",
+    )
     p.add_argument("--output-dir", default=None, help="overrides the config's output_dir")
     p.add_argument("--resume", action="store_true", help="continue a failed or killed run there (same config)")
     p.set_defaults(func=cmd_reproduce)

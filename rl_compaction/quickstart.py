@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rl_compaction.reproduce import CONFIGS, ReproduceConfig, run_reproduce
+from rl_compaction.reproduce import RECIPES, ReproduceConfig, run_reproduce
 
-QUICKSTART_CONFIG = CONFIGS / "reproduce" / "quickstart.yaml"
+QUICKSTART_CONFIG = RECIPES / "quickstart.yaml"
 
 
 def run_quickstart(

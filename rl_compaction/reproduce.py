@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ from rl_compaction.outputs import check_output_dir
 from rl_compaction.sft import train_sft, write_model_card
 from rl_compaction.tasks import SUBMIT_TOOL
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+#: The recipes the package ships (read with importlib.resources, so a wheel install has them);
+#: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.
+RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
 
 
 @dataclass

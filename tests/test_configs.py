@@ -232,3 +232,16 @@ def test_accelerate_config_produces_its_launch_environment(path):
         _, env = prepare_simple_launcher_cmd_env(cli)
     assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     assert {k: env.get(k) for k in expected_env} == expected_env
+
+
+def test_the_packaged_configs_equal_the_user_facing_copies():
+    """The code reads the packaged copies (importlib.resources, so a wheel has them); configs/ is what
+    users read and edit, and the two must not drift."""
+    from rl_compaction.accounting import default_presets_path
+    from rl_compaction.reproduce import RECIPES
+
+    assert default_presets_path().read_bytes() == (CONFIGS / "accounting.yaml").read_bytes()
+    shipped = sorted(p.name for p in RECIPES.glob("*.yaml"))
+    assert shipped == sorted(p.name for p in (CONFIGS / "reproduce").glob("*.yaml"))
+    for name in shipped:
+        assert (RECIPES / name).read_bytes() == (CONFIGS / "reproduce" / name).read_bytes(), name
