@@ -20,6 +20,7 @@ these errors fails the test (README, status, has the table).
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -133,13 +134,20 @@ def weak_start(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "weak", start
 
 
-def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path):
+def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
+    def say(message: str) -> None:  # this test runs for minutes: show where it is, even when captured
+        with capsys.disabled():
+            print(f"\n[learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    say("demonstrations, then the weak SFT start (1,000 + 5 steps)")
     weak, tokenizer = weak_start(tmp_path)
     turns = first_request_turns(tokenizer, tmp_path / "validation")
     before = answer_log_odds(weak, turns)
+    say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps")
     config = ReproduceConfig(family="vault", **TASK, grpo=GRPO)
     history = run_grpo(config, weak, tmp_path / "grpo")  # the reproduction's own GRPO stage
     after = answer_log_odds(tmp_path / "grpo", turns)
+    say(f"log-odds after GRPO {after:.2f}")
     rewards = [h["reward/reward"] for h in history if "reward/reward" in h]
     print(
         f"validation log-odds of answering the request: {before:.2f} before GRPO, {after:.2f} after; rewards {rewards}"
