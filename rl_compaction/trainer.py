@@ -335,37 +335,19 @@ class CompactionGRPOTrainer(GRPOTrainer):
         return bool(self.accelerator.gather(flag).sum().item())
 
     def _rows_to_tensors(self, rows: list[tuple[Segment, float]], device: torch.device) -> dict[str, Any]:
-        pad_id, multiple = self._tokenizer.pad_token_id, self.pad_to_multiple_of
-        prompt_ids = pad(
-            [torch.tensor(s.prompt_ids) for s, _ in rows],
-            padding_value=pad_id,
-            padding_side="left",
-            pad_to_multiple_of=multiple,
-        ).to(device)
-        prompt_mask = pad(
-            [torch.ones(len(s.prompt_ids), dtype=torch.long) for s, _ in rows],
-            padding_value=0,
-            padding_side="left",
-            pad_to_multiple_of=multiple,
-        ).to(device)
-        completion_ids = pad(
-            [torch.tensor(s.completion_ids) for s, _ in rows],
-            padding_value=pad_id,
-            padding_side="right",
-            pad_to_multiple_of=multiple,
-        ).to(device)
-        completion_mask = pad(
-            [torch.ones(len(s.completion_ids), dtype=torch.long) for s, _ in rows],
-            padding_value=0,
-            padding_side="right",
-            pad_to_multiple_of=multiple,
-        ).to(device)
-        tool_mask = pad(
-            [torch.tensor(s.mask, dtype=torch.long) for s, _ in rows],
-            padding_value=0,
-            padding_side="right",
-            pad_to_multiple_of=multiple,
-        ).to(device)
+        pad_id = self._tokenizer.pad_token_id
+
+        def padded(seqs: list[list], value: float, side: str, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            tensors = [torch.tensor(x, dtype=dtype) for x in seqs]
+            return pad(tensors, padding_value=value, padding_side=side, pad_to_multiple_of=self.pad_to_multiple_of).to(
+                device
+            )
+
+        prompt_ids = padded([s.prompt_ids for s, _ in rows], pad_id, "left")
+        prompt_mask = padded([[1] * len(s.prompt_ids) for s, _ in rows], 0, "left")
+        completion_ids = padded([s.completion_ids for s, _ in rows], pad_id, "right")
+        completion_mask = padded([[1] * len(s.completion_ids) for s, _ in rows], 0, "right")
+        tool_mask = padded([s.mask for s, _ in rows], 0, "right")
         advantages = torch.tensor([a for _, a in rows], dtype=torch.float32, device=device)
         loss_mask = completion_mask * tool_mask
         output: dict[str, Any] = {
@@ -396,12 +378,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
                     input_ids, attention_mask, logits_to_keep, batch_size
                 )
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            sampled = pad(
-                [torch.tensor(s.logprobs) for s, _ in rows],
-                padding_value=0.0,
-                padding_side="right",
-                pad_to_multiple_of=multiple,
-            ).to(device)
+            sampled = padded([s.logprobs for s, _ in rows], 0.0, "right", torch.float32)
             # a logprob vLLM could not give (NaN) gets a zero difference: ratio 1, as in TRL
             diff = torch.nan_to_num((output["old_per_token_logps"] - sampled) * loss_mask, nan=0.0)
             output["sampling_per_token_logps"] = torch.nan_to_num(sampled, nan=0.0)
