@@ -617,10 +617,18 @@ def main(argv: list[str] | None = None) -> int:
             from rl_compaction.train import main as run
         else:
             from rl_compaction.sft import main as run
+        import yaml
+
         try:
             run(argv[1:])
         except (ValueError, FileNotFoundError) as e:
             print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
+            return 2
+        except yaml.YAMLError as e:  # a syntax error in --config FILE.yaml
+            print(
+                f"rl-compaction {argv[0]}: error: the config is not valid YAML: {' '.join(str(e).split())}",
+                file=sys.stderr,
+            )
             return 2
         return 0
     parser = build_parser()

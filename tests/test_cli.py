@@ -390,3 +390,13 @@ def test_demos_shows_progress_over_its_oracle_episodes(tmp_path, capsys):
     assert main(["demos", str(tmp_path / "d"), "--families", "probe", "--episodes", "4", "--scale", "0.06"]) == 0
     err = capsys.readouterr().err
     assert "oracle demonstrations (probe)" in err and "4/4" in err
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_yaml_syntax_error_in_a_training_config_is_one_line(command, tmp_path, capsys):
+    """It was a yaml ParserError traceback (exit 1)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\nb: c: d\n")
+    assert main([command, "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid YAML" in err and "Traceback" not in err
