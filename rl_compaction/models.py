@@ -358,9 +358,11 @@ def resolve_model(name_or_path: str) -> Path:
         return shipped_dir(name_or_path)
     if _is_complete(folder, name_or_path, record):
         return folder
-    # one build per machine: a second process waits for the first one's and then reuses it
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder.parent / f".{name_or_path}.lock")):
+    # one build per machine: a second process waits for the first one's and then reuses it (the lock
+    # files live beside the models folder, which holds only models and, during a build, its staging)
+    locks = models_dir().parent / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(locks / f"{name_or_path}.lock")):
         if _is_complete(folder, name_or_path, record):
             return folder
         return build_named_tiny(name_or_path, folder)
