@@ -14,8 +14,8 @@ from rl_compaction.train import main
 real_build_segments = trainer_module.build_segments
 
 
-def uneven_build_segments(invocations):
-    segments = real_build_segments(invocations)
+def uneven_build_segments(invocations, trained=None):
+    segments = real_build_segments(invocations, trained)
     return segments * 2 if PartialState().process_index == 1 else segments
 
 
