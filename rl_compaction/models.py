@@ -27,7 +27,7 @@ from filelock import FileLock
 
 from rl_compaction.tiny import build_tiny_tokenizer
 
-#: Files of which a model or tokenizer folder holds at least one (config, tokenizers, GGUF-free weights).
+#: Files a model or tokenizer folder holds at least one of: a config, a tokenizer or a PEFT adapter.
 MODEL_FILES = (
     "config.json",
     "tokenizer.json",
