@@ -32,7 +32,7 @@ from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
-from rl_compaction.sandbox import SandboxLimits
+from rl_compaction.sandbox import SandboxLimits, run_evolve
 from rl_compaction.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
 from rl_compaction.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
 
@@ -489,6 +489,8 @@ class CompactionEnv(gym.Env):
 
     def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
         """Run one evolve call through the protocol; the receipt lands in State and history."""
+        asked = self._requested  # a compaction request was pending: the edit answers it
+        before = self.state
         outcome = apply_evolve(
             self.state + [call],
             counter=self.counter,
@@ -512,6 +514,8 @@ class CompactionEnv(gym.Env):
                 "event": "evolve",
                 "by": "harness" if by_harness else "model",
                 "selection": outcome.selection,
+                "asked": asked,
+                "targeted": None if by_harness or not outcome.applied else self._as_oracle(before, call, outcome.state),
                 **outcome.receipt,
             }
         )
@@ -524,6 +528,15 @@ class CompactionEnv(gym.Env):
                     "state": copy.deepcopy(self.state),
                 }
             )
+
+    def _as_oracle(self, before: State, call: dict[str, Any], after: State) -> bool | None:
+        """Whether an applied edit left exactly what the task oracle's own targeted edit leaves on the same
+        State (the cheap edit by content); None where the family's oracle has no targeted edit."""
+        code = self.task.oracle().evolve_code(before)
+        if code is None:
+            return None
+        result = run_evolve(before + [call], code, self.config.sandbox)
+        return result.ok and result.state == after[:-1]
 
     def _on_threshold(self) -> None:
         """At the threshold: run the harness strategy if there is one, else ask the model (once)."""
@@ -585,10 +598,17 @@ class CompactionEnv(gym.Env):
 
 
 def edit_counts(events: list[dict[str, Any]]) -> dict[str, int]:
-    """The model's applied edits (`model_edits`) and how many of them only selected
-    (`selection_edits`, `rl_compaction.evolve.is_selection`), from an episode's events."""
+    """The model's applied edits (`model_edits`), how many of them only selected (`selection_edits`,
+    `rl_compaction.evolve.is_selection`), how many answered a pending compaction request
+    (`asked_edits`; the others were made unasked, while the window still had room) and how many left
+    exactly what the task oracle's targeted edit leaves (`targeted_edits`), from an episode's events."""
     edits = [e for e in events if e["event"] == "evolve" and e.get("by") == "model" and e.get("applied")]
-    return {"model_edits": len(edits), "selection_edits": sum(bool(e.get("selection")) for e in edits)}
+    return {
+        "model_edits": len(edits),
+        "selection_edits": sum(bool(e.get("selection")) for e in edits),
+        "asked_edits": sum(bool(e.get("asked")) for e in edits),
+        "targeted_edits": sum(bool(e.get("targeted")) for e in edits),
+    }
 
 
 def _output(call: dict[str, Any], payload: Any) -> dict[str, Any]:

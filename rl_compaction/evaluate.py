@@ -24,7 +24,16 @@ from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConf
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.outputs import check_output_dir
 from rl_compaction.policies.base import Policy, ScriptedPolicy
-from rl_compaction.reports import format_share, progress_bar, render_table, selection_share, wilson_interval
+from rl_compaction.reports import (
+    asked_share,
+    format_share,
+    mean_interval,
+    progress_bar,
+    render_table,
+    selection_share,
+    targeted_share,
+    wilson_interval,
+)
 from rl_compaction.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
 from rl_compaction.state import clip
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
@@ -180,6 +189,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         return mean(values) if values else 0.0
 
     evolve_calls = [sum(1 for row in i["ledger_rows"] if row["evolve_applied"] is not None) for i in infos]
+    solved = [x["cost"] for i, x in zip(infos, ledgers, strict=True) if i["success"]]
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
@@ -188,11 +198,18 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         "success_ci95": [lo, hi],
         "mean_score": avg([i["score"] for i in infos]),
         "mean_cost": avg([x["cost"] for x in ledgers]),
+        "cost_ci95": list(mean_interval([x["cost"] for x in ledgers])),
+        # cost at equal success: over the solved episodes only (failures end early or late, so their
+        # cost says little), with its interval
+        "mean_cost_solved": avg(solved) if solved else None,
+        "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
         "cost_parts": {k: avg([x["cost_parts"][k] for x in ledgers]) for k in COST_PARTS},
         "cached_share": avg([x["cached_share"] for x in ledgers]),
         "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
         "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
         "selection_share": selection_share(infos),
+        "asked_share": asked_share(infos),
+        "targeted_share": targeted_share(infos),
         "evolve_failures_per_episode": avg([x["evolve_failures"] for x in ledgers]),
         "evolve_failure_rate": (sum(x["evolve_failures"] for x in ledgers) / sum(evolve_calls))
         if sum(evolve_calls)
@@ -222,10 +239,13 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "write",
         "attention",
         "kv read",
+        "cost|solved",
         "cache%",
         "peak ctx",
         "compact/ep",
+        "targeted%",
         "select%",
+        "asked%",
         "evolve fail",
         "wall s/ep",
     ]
@@ -245,10 +265,13 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{parts['cache_write']:,.0f}",
                 f"{parts['attention']:,.0f}",
                 f"{parts['kv_read']:,.0f}",
+                "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions_per_episode']:.1f}",
+                format_share(r.get("targeted_share")),
                 format_share(r.get("selection_share")),
+                format_share(r.get("asked_share")),
                 f"{r['evolve_failure_rate']:.0%}",
                 f"{r['mean_wall_s']:.1f}",
             ]
@@ -256,8 +279,11 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
     legend = (
         "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
         "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
-        "generated tokens reading the KV cache of the context); cache% = share of input tokens read from the cache; "
-        "select% = share of the model's applied edits that only selected items (each returned item unchanged)"
+        "generated tokens reading the KV cache of the context); cost|solved = mean cost over the solved episodes only; "
+        "cache% = share of input tokens read from the cache; "
+        "targeted% = share of the model's applied edits that left exactly what the oracle's targeted edit leaves "
+        "(the cheap edit); select% = share of them that only selected items (each returned item unchanged); "
+        "asked% = share of them that answered a compaction request (the rest were made unasked)"
     )
     return render_table(table) + "\n" + legend
 
@@ -419,7 +445,9 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
         "cached_share",
         "peak_context",
         "compactions_per_episode",
+        "targeted_share",
         "selection_share",
+        "asked_share",
         "evolve_failure_rate",
         "mean_wall_s",
     ]
@@ -434,7 +462,9 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
             r["cached_share"],
             r["peak_context"],
             r["compactions_per_episode"],
+            r.get("targeted_share"),
             r["selection_share"],
+            r.get("asked_share"),
             r["evolve_failure_rate"],
             r["mean_wall_s"],
         )

@@ -21,9 +21,13 @@ from rl_compaction.tasks import Difficulty, Oracle
 #: "evolve_summary": it answers them with its family's summary edit (`Oracle.summary_code`: the
 #: facts retyped into one new message, which succeeds as often but costs more); "evolve_early": the
 #: targeted edit with an annotation inserted at the start (`Oracle.early_edit_code`: the cached
-#: prefix breaks there); "ignore", "evolve_lossy", "evolve_summary" and "evolve_early" are imperfect
-#: strategies for demonstrations, so RL has something to fix on success and on cost; the others are
-#: harness strategies run at the threshold.
+#: prefix breaks there); "evolve_recent": the targeted edit that also keeps the newest tool results
+#: (`Oracle.recent_edit_code`: a larger context at every later turn, and the next request sooner);
+#: "evolve_eager": the targeted edit after every task tool output, asked or not
+#: (it succeeds as often, and pays for an evolve call and its receipt at every turn where the window
+#: still had room); "ignore", "evolve_lossy", "evolve_summary", "evolve_early", "evolve_recent" and
+#: "evolve_eager" are imperfect strategies for demonstrations, so RL has something to fix on success and on cost; the
+#: others are harness strategies run at the threshold.
 ORACLE_STRATEGIES = (
     "none",
     "ignore",
@@ -31,36 +35,64 @@ ORACLE_STRATEGIES = (
     "evolve_lossy",
     "evolve_summary",
     "evolve_early",
+    "evolve_recent",
+    "evolve_eager",
     *HARNESS_STRATEGIES,
 )
 
 #: the edit an evolve strategy answers requests with
-EDITS = {"evolve": "targeted", "evolve_lossy": "lossy", "evolve_summary": "summary", "evolve_early": "early"}
+EDITS = {
+    "evolve": "targeted",
+    "evolve_lossy": "lossy",
+    "evolve_summary": "summary",
+    "evolve_early": "early",
+    "evolve_recent": "recent",
+    "evolve_eager": "targeted",
+}
 
 #: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
 #: output (the pending evolve call stays last). It forgets every fact the tools returned.
 LOSSY_EVOLVE_CODE = 'return state.filter((x, i) => x.type === "message" || i === state.length - 1);'
 
 
+class MissingEdit(ValueError):
+    """The family's oracle has no such edit (its `Oracle` hook returns None)."""
+
+
 class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
     evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy"), its
-    summary code ("summary") or its early edit ("early"); otherwise requests are ignored."""
+    summary code ("summary"), its early edit ("early") or its conservative edit ("recent"); otherwise
+    requests are ignored. With
+    `eager`, it also edits unasked, right after every output of a task tool (before the next call)."""
 
-    def __init__(self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted"):
+    def __init__(
+        self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted", eager: bool = False
+    ):
         if edit not in EDITS.values():
             raise ValueError(f"unknown edit {edit!r}; choose from {', '.join(EDITS.values())}")
-        self.oracle, self.env, self.use_evolve, self.edit = oracle, env, use_evolve, edit
+        self.oracle, self.env, self.use_evolve, self.edit, self.eager = oracle, env, use_evolve, edit, eager
         self._answered = 0
+
+    def _after_task_tool(self, state: list[dict[str, Any]], turn: list[dict[str, Any]]) -> bool:
+        """Whether the State ends with a task tool's output and the oracle's next turn calls a task tool
+        (not submit): where an eager policy edits unasked."""
+        last = state[-1] if state else {}
+        if last.get("type") != "function_call_output":
+            return False
+        call = next((x for x in state if x.get("type") == "function_call" and x["call_id"] == last["call_id"]), {})
+        calls = [x for x in turn if x.get("type") == "function_call"]
+        task_tools = {t["name"] for t in self.env.task.tools()}
+        return call.get("name") in task_tools and bool(calls) and all(x["name"] in task_tools for x in calls)
 
     def _code(self, state: list[dict[str, Any]]) -> str | None:
         if self.edit == "lossy":
             return LOSSY_EVOLVE_CODE
-        if self.edit in ("summary", "early"):
-            method = "summary_code" if self.edit == "summary" else "early_edit_code"
+        if self.edit in ("summary", "early", "recent"):
+            method = {"summary": "summary_code", "early": "early_edit_code", "recent": "recent_edit_code"}[self.edit]
             code = getattr(self.oracle, method)(state)
             if code is None:
-                raise ValueError(f"{type(self.oracle).__name__} has no {self.edit} edit (Oracle.{method})")
+                raise MissingEdit(f"{type(self.oracle).__name__} has no {self.edit} edit (Oracle.{method})")
             return code
         return self.oracle.evolve_code(state)
 
@@ -71,15 +103,22 @@ class OraclePolicy:
             self._answered = request  # answer each request once, even if the edit fails
             code = self._code(state)
             if code is not None:
-                return [
-                    {
-                        "type": "function_call",
-                        "call_id": f"oracle_evolve_{request}",
-                        "name": EVOLVE,
-                        "arguments": json.dumps({"code": code}, ensure_ascii=False),
-                    }
-                ]
-        return self.oracle.act(state)
+                return [self._evolve_call(f"oracle_evolve_{request}", code)]
+        turn = self.oracle.act(state)
+        if self.eager and not request and self._after_task_tool(state, turn):
+            code = self._code(state)
+            if code is not None:
+                return [self.oracle.function_call(state, EVOLVE, {"code": code}, prefix="oracle_eager_")]
+        return turn
+
+    @staticmethod
+    def _evolve_call(call_id: str, code: str) -> dict[str, Any]:
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": EVOLVE,
+            "arguments": json.dumps({"code": code}, ensure_ascii=False),
+        }
 
 
 class OracleScriptedPolicy(ScriptedPolicy):
@@ -101,7 +140,8 @@ class OracleScriptedPolicy(ScriptedPolicy):
 
 def evolve_options(strategy: str) -> dict[str, Any]:
     """`OraclePolicy` keyword arguments for an oracle strategy."""
-    return {"use_evolve": strategy in EDITS, "edit": EDITS.get(strategy, "targeted")}
+    edit = EDITS.get(strategy, "targeted")
+    return {"use_evolve": strategy in EDITS, "edit": edit, "eager": strategy == "evolve_eager"}
 
 
 def make_env(
@@ -122,11 +162,11 @@ def make_env(
 
 
 def run_oracle_episode(
-    env: CompactionEnv, seed: int, *, use_evolve: bool = False, edit: str = "targeted"
+    env: CompactionEnv, seed: int, *, use_evolve: bool = False, edit: str = "targeted", eager: bool = False
 ) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
-    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, edit=edit)
+    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, edit=edit, eager=eager)
     while True:
         obs, _, terminated, truncated, info = env.step(policy.act(obs))
         if terminated or truncated:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Iterator
-from statistics import mean
+from statistics import mean, stdev
 from typing import Any, TypeVar
 
 from tqdm import tqdm
@@ -48,12 +48,42 @@ def render_table(rows: list[list[str]], left: int = 1) -> str:
     return "\n".join(lines)
 
 
-def selection_share(infos: list[dict[str, Any]]) -> float | None:
-    """Of the model's applied edits over these episodes, the share that only selected items
-    (`rl_compaction.env.edit_counts`): the cheap-edit share. None where no model edit applied (also
-    for episode files written before edits were counted)."""
+def edit_share(infos: list[dict[str, Any]], kind: str) -> float | None:
+    """Of the model's applied edits over these episodes, the share counted as `kind` by
+    `rl_compaction.env.edit_counts` ("selection_edits": only selected items; "asked_edits":
+    answered a compaction request). None where no model edit applied (also for episode files
+    written before such edits were counted)."""
     edits = sum(i.get("model_edits", 0) for i in infos)
-    return sum(i.get("selection_edits", 0) for i in infos) / edits if edits else None
+    return sum(i.get(kind, 0) for i in infos) / edits if edits else None
+
+
+def selection_share(infos: list[dict[str, Any]]) -> float | None:
+    """The cheap-edit share by content: of the model's applied edits, those that only selected items."""
+    return edit_share(infos, "selection_edits")
+
+
+def asked_share(infos: list[dict[str, Any]]) -> float | None:
+    """The cheap-edit share by timing: of the model's applied edits, those that answered a compaction
+    request (an unasked edit pays for its call and receipt while the window still had room)."""
+    edits = [i for i in infos if "asked_edits" in i]
+    return edit_share(edits, "asked_edits") if edits else None
+
+
+def targeted_share(infos: list[dict[str, Any]]) -> float | None:
+    """The cheap-edit share: of the model's applied edits, those that left exactly what the task oracle's
+    own targeted edit leaves (the others kept more, or other things, or wrote new content)."""
+    edits = [i for i in infos if "targeted_edits" in i]
+    return edit_share(edits, "targeted_edits") if edits else None
+
+
+def mean_interval(values: list[float], z: float = 1.96) -> tuple[float, float]:
+    """95% normal interval of a mean (mean +- z * sd / sqrt(n)); the mean itself for fewer than two values."""
+    if len(values) < 2:
+        m = mean(values) if values else 0.0
+        return (m, m)
+    m, sd = mean(values), stdev(values)
+    half = z * sd / math.sqrt(len(values))
+    return (m - half, m + half)
 
 
 def format_share(share: float | None) -> str:

@@ -209,14 +209,16 @@ def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[s
 
 
 #: the learning curve's panels: (key in the GRPO trainer's logged metrics, title); the trainer logs
-#: selection_share only for steps whose episodes applied an edit
+#: the edit shares only for steps whose episodes applied an edit
 CURVE_PANELS = (
     ("reward/reward", "episode reward"),
     ("success", "success rate"),
     ("cost/total", "cost per episode"),
-    ("selection_share", "cheap-edit share (selection only)"),
+    ("targeted_share", "cheap-edit share (the targeted edit)"),
     ("compactions", "compactions per episode"),
 )
+#: the panels drawn only at steps whose episodes applied an edit
+EDIT_PANELS = ("targeted_share",)
 
 
 def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -234,7 +236,7 @@ def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], 
 #: the smallest y-range a learning-curve panel shows (rates always show 0-1), so that noise of a
 #: few thousandths does not look like a trend and an all-zero series sits on an honest axis
 _MIN_SPAN = {"reward/reward": 0.5, "compactions": 2.0}
-_RATES = ("success", "selection_share")
+_RATES = ("success", *EDIT_PANELS)
 
 
 def _curve_limits(key: str, values: list[float]) -> tuple[float, float]:
@@ -273,7 +275,7 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
     lo, hi = me["success_ci95"]
 
     def share(row: dict[str, Any]) -> str:
-        value = row.get("selection_share")
+        value = row.get("targeted_share")
         return "" if value is None else f", cheap-edit share {value:.0%}"
 
     lines = [
@@ -301,6 +303,7 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
             f"vs {role} {name}: {row['success_rate']:.0%} [{olo:.0%}, {ohi:.0%}], "
             f"cost {row['mean_cost']:,.0f}{share(row) if name == sft else ''} -> {outcome}"
         )
+    lines.append(solved_cost_line(me, rows[sft]))
     ratio = me["mean_cost"] / rows[unlimited]["mean_cost"]
     same = me["success_rate"] >= rows[unlimited]["success_rate"]
     lines.append(
@@ -309,6 +312,21 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
         + ")"
     )
     return lines
+
+
+def solved_cost_line(me: dict[str, Any], sft: dict[str, Any]) -> str:
+    """Cost at equal success: the learned and SFT-only rows' mean cost over the episodes each solved, with
+    95% intervals, and whether the learned one is lower beyond them."""
+    if me.get("mean_cost_solved") is None or sft.get("mean_cost_solved") is None:
+        return "cost at equal success (over solved episodes): not comparable, a row solved none"
+    (lo, hi), (slo, shi) = me["cost_solved_ci95"], sft["cost_solved_ci95"]
+    ratio = me["mean_cost_solved"] / sft["mean_cost_solved"]
+    outcome = "lower beyond the 95% intervals" if hi < slo else "intervals overlap"
+    return (
+        f"cost at equal success (over solved episodes): learned {me['mean_cost_solved']:,.0f} [{lo:,.0f}, {hi:,.0f}] "
+        f"vs SFT-only {sft['mean_cost_solved']:,.0f} [{slo:,.0f}, {shi:,.0f}] = {ratio:.2f}x ({1 - ratio:+.0%} "
+        f"saved), {outcome}"
+    )
 
 
 #: Written into the output folder after each stage: the stages done and their timings, so that a

@@ -130,6 +130,12 @@ class Oracle(ABC):
         the end would keep the cache. None if the family has none."""
         return None
 
+    def recent_edit_code(self, state: State) -> str | None:
+        """A conservative edit: what the targeted edit keeps, plus the newest tool results, which the task
+        no longer needs. It succeeds as often, but the larger context is paid for at every later turn
+        and brings the next compaction sooner. None if the family has none."""
+        return None
+
 
 class Task(ABC):
     """One generated task instance."""

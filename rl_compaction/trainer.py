@@ -429,6 +429,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
                     "evolve_failures": ledger["evolve_failures"],
                     "edits/model": record.info.get("model_edits", 0),
                     "edits/selection": record.info.get("selection_edits", 0),
+                    "edits/asked": record.info.get("asked_edits", 0),
+                    "edits/targeted": record.info.get("targeted_edits", 0),
                     "turns": record.info["turns"],
                     "window_truncated": float(record.info["truncated_reason"] == "context_window"),
                 }
@@ -437,10 +439,12 @@ class CompactionGRPOTrainer(GRPOTrainer):
         for key in per_episode[0] if per_episode else []:
             values = [e[key] for e in gathered]
             self._metrics[mode][key].append(sum(values) / len(values))
-        # the cheap-edit share: of the model's applied edits this step, those that only selected items
+        # the edit shares: of the model's applied edits this step, those that left what the oracle's targeted
+        # edit leaves (the cheap-edit share), that only selected items, and that answered a request
         edits = sum(e["edits/model"] for e in gathered)
         if edits:
-            self._metrics[mode]["selection_share"].append(sum(e["edits/selection"] for e in gathered) / edits)
+            for key in ("targeted", "selection", "asked"):
+                self._metrics[mode][f"{key}_share"].append(sum(e[f"edits/{key}"] for e in gathered) / edits)
         trained = sum(s.trained_tokens for s, _ in rows)
         self._metrics[mode]["segments_per_episode"].append(
             len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))

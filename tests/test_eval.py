@@ -154,6 +154,23 @@ def test_wilson_interval_contains_the_rate(n: int):
         assert 0.0 <= lo <= wins / n <= hi <= 1.0
 
 
+def test_edit_shares_and_cost_intervals():
+    """The cheap-edit shares count the model's applied edits of each kind over all episodes; a row with no
+    edit has no share (not 0%), and files written before a kind was counted give none either."""
+    from rl_compaction.reports import asked_share, mean_interval, selection_share, targeted_share
+
+    infos = [
+        {"model_edits": 3, "selection_edits": 3, "asked_edits": 2, "targeted_edits": 1},
+        {"model_edits": 1, "selection_edits": 0, "asked_edits": 1, "targeted_edits": 1},
+        {"model_edits": 0, "selection_edits": 0, "asked_edits": 0, "targeted_edits": 0},
+    ]
+    assert (selection_share(infos), asked_share(infos), targeted_share(infos)) == (0.75, 0.75, 0.5)
+    assert targeted_share(infos[2:]) is None and targeted_share([{"model_edits": 2, "selection_edits": 2}]) is None
+    lo, hi = mean_interval([10.0, 12.0, 14.0, 16.0])
+    assert lo < 13.0 < hi and abs((hi - 13.0) - 1.96 * 2.582 / 2) < 1e-3
+    assert mean_interval([7.0]) == (7.0, 7.0)
+
+
 def test_plot_and_metrics_at_100_and_0_percent(tmp_path: Path):
     """At 11/11 the upper bound came out 0.9999999999999999 < 1.0: a negative error bar, no plot."""
     records = []

@@ -31,9 +31,9 @@ from rl_compaction.models import build_tiny_model
 from rl_compaction.reproduce import ReproduceConfig, run_grpo
 from rl_compaction.sft import render_turn, train_sft
 
-#: vault level 1 with two short filler pages (~640 tiny tokens each): the request comes after the
+#: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window
-TASK = {"scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2200}
+TASK = {"scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2150}
 TEMPERATURE = 0.7  # GRPO sampling: the edit's long call stays intact, the decision stays open
 
 

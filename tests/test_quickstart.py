@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from rl_compaction.quickstart import run_quickstart
-from rl_compaction.reproduce import CURVE_PANELS, ReproduceConfig, learning_curve, verdict
+from rl_compaction.reproduce import CURVE_PANELS, EDIT_PANELS, ReproduceConfig, learning_curve, verdict
 
 
 def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
@@ -37,11 +37,11 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
-    # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit share
-    # has one exactly when the step's episodes applied an edit)
+    # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit shares
+    # have one exactly when the step's episodes applied an edit)
     history = json.loads((out / "grpo" / "log_history.json").read_text())
     edited = [h["step"] for h in history if h.get("edits/model")]
-    expected = {k: edited if k == "selection_share" else [1] for k, _ in CURVE_PANELS}
+    expected = {k: edited if k in EDIT_PANELS else [1] for k, _ in CURVE_PANELS}
     assert {key: series[0] for key, series in learning_curve(history).items()} == expected
     with pytest.raises(ValueError, match="none of reward/reward"):
         learning_curve([{"step": 1, "loss": 0.1}])
@@ -123,7 +123,19 @@ def test_the_verdict_compares_cost_only_where_a_row_succeeds():
     assert "neither succeeds" in lines[1] and "0.20x" not in lines[1]
     assert "costs 0.50x" in lines[2]  # overlapping intervals, a cheaper learned row
     assert "better on success than the learned policy" in lines[3]
-    assert "not met: success 0% vs 100%" in lines[4]
+    assert "not comparable" in lines[4]  # cost at equal success needs solved episodes in both rows
+    assert "not met: success 0% vs 100%" in lines[5]
+
+
+def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
+    """Target (b) of issue 19: the learned row's cost over its solved episodes against SFT-only's, with intervals."""
+    from rl_compaction.reproduce import solved_cost_line
+
+    learned = {"mean_cost_solved": 20_000.0, "cost_solved_ci95": [19_000.0, 21_000.0]}
+    line = solved_cost_line(learned, {"mean_cost_solved": 30_000.0, "cost_solved_ci95": [28_000.0, 32_000.0]})
+    assert "0.67x (+33% saved), lower beyond the 95% intervals" in line
+    line = solved_cost_line(learned, {"mean_cost_solved": 22_000.0, "cost_solved_ci95": [20_500.0, 23_500.0]})
+    assert line.endswith("intervals overlap")
 
 
 def test_learning_curve_axes_do_not_magnify_noise():

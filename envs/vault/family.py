@@ -100,7 +100,10 @@ class _Level:
     words: int  # filler words per page
 
 
-_LEVELS = {1: _Level(1, 0, 30, 1200), 2: _Level(2, 0, 30, 1200), 3: _Level(3, 2, 30, 1200)}
+#: level 1, the CPU toy, reads the same volume per scale as the others in pages a quarter as long, so the
+#: window holds several pages and the harness asks every few pages: when to compact is a choice (an
+#: agent that edits after every page pays ~1.35x at the training length), not forced at every read
+_LEVELS = {1: _Level(1, 0, 120, 300), 2: _Level(2, 0, 30, 1200), 3: _Level(3, 2, 30, 1200)}
 
 
 class VaultTask(Task):
@@ -194,6 +197,13 @@ EARLY_EDIT_CODE = (
     f"...{KEEP_NOTES}];"
 )
 
+#: the conservative edit: the targeted edit's items plus the last two pages read and their calls (the
+#: last six items but the harness request, which has content), kept although only filler
+RECENT_EDIT_CODE = (
+    "return state.filter((x, i) => i >= state.length - 6 && !x.content || "
+    '/note:|^Find/.test(x.content ?? x.output ?? state[i + 1]?.output ?? "note:"));'
+)
+
 #: the summary edit's message: the task, how far the log was read and the notes, retyped (no key word
 #: may appear in it but the note's own, a test checks). It is a new first item at every edit (the page
 #: number moves on), so the cached prefix ends at the system message.
@@ -225,6 +235,9 @@ class VaultOracle(Oracle):
 
     def early_edit_code(self, state: State) -> str:
         return EARLY_EDIT_CODE
+
+    def recent_edit_code(self, state: State) -> str:
+        return RECENT_EDIT_CODE
 
     def summary_code(self, state: State) -> str:
         """Replace the context with `SUMMARY` (the notes retyped) and the pending call."""
