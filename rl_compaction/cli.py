@@ -234,7 +234,7 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
     from rl_compaction.env import EnvConfig
-    from rl_compaction.oracle import ORACLE_STRATEGIES, evolve_options, make_env, run_oracle_episode
+    from rl_compaction.oracle import ORACLE_STRATEGIES, MissingEdit, evolve_options, make_env, run_oracle_episode
     from rl_compaction.reports import oracle_table, progress
 
     _family(args.family)
@@ -258,9 +258,15 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
         except ValueError as e:  # a bad window or cache preset
             raise UsageError(str(e)) from None
         seeds = range(args.seed_start, args.seed_start + args.episodes)
-        results[name] = [
-            run_oracle_episode(env, seed, **evolve_options(name)) for seed in progress(seeds, f"{args.family}/{name}")
-        ]
+        try:
+            results[name] = [
+                run_oracle_episode(env, seed, **evolve_options(name))
+                for seed in progress(seeds, f"{args.family}/{name}")
+            ]
+        except MissingEdit as e:  # a demonstration edit this family does not have
+            if args.strategy != "all":
+                raise UsageError(f"strategy {name}: {e}") from None
+            print(f"skipped {name}: {e}", file=sys.stderr)
     print(oracle_table(args.family, args.split, args.context_window, results))
     return 0
 
@@ -598,7 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--strategy",
                 default="none",
                 help="none, ignore (requests unanswered), evolve (the oracle's own edit), evolve_lossy, "
-                "evolve_summary, evolve_early, sliding_window, clear_tool_outputs; "
+                "evolve_summary, evolve_early, evolve_recent, evolve_eager, sliding_window, clear_tool_outputs; "
                 "comma-separated or all",
             )
             p.add_argument("--context-window", type=int, default=1_000_000)

@@ -142,6 +142,20 @@ def test_envs_oracle_table():
     assert "100% [" in rows["none"]
 
 
+def test_envs_oracle_all_skips_the_edits_a_family_does_not_have():
+    """`--strategy all` crashed with a traceback on the first demonstration edit a family's oracle lacks
+    (probe has no summary, early or recent edit); asked for by name, such an edit is a usage error."""
+    window = ("--context-window", "6000", "--level", "1")  # the harness asks, so the edits are needed
+    r = cli("envs", "oracle", "probe", "--episodes", "1", "--scale", "0.06", "--strategy", "all", *window)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0] for line in r.stdout.splitlines()[3:]}
+    assert {"none", "evolve", "evolve_eager", "sliding_window"} <= rows
+    assert not rows & {"evolve_summary", "evolve_early", "evolve_recent"}
+    assert "skipped evolve_recent: ProbeOracle has no recent edit" in r.stderr
+    r = cli("envs", "oracle", "probe", "--episodes", "1", "--scale", "0.06", "--strategy", "evolve_recent", *window)
+    assert r.returncode == 2 and "has no recent edit" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_envs_oracle_max_turns_cuts_episodes_off():
     """Long sessions need more than the env's default 400 turns; a short limit truncates every episode."""
     r = cli("envs", "oracle", "probe", "--episodes", "2", "--scale", "0.06", "--max-turns", "2")
