@@ -26,8 +26,8 @@ from rl_compaction.tasks import Difficulty, Oracle
 #: "evolve_eager": the targeted edit after every task tool output, asked or not
 #: (it succeeds as often, and pays for an evolve call and its receipt at every turn where the window
 #: still had room); "ignore", "evolve_lossy", "evolve_summary", "evolve_early", "evolve_recent" and
-#: "evolve_eager" are imperfect strategies for demonstrations, so RL has something to fix on success and on cost; the
-#: others are harness strategies run at the threshold.
+#: "evolve_eager" are imperfect strategies for demonstrations, so RL has something to fix on success
+#: and on cost; the others are harness strategies run at the threshold.
 ORACLE_STRATEGIES = (
     "none",
     "ignore",
@@ -55,6 +55,10 @@ EDITS = {
 LOSSY_EVOLVE_CODE = 'return state.filter((x, i) => x.type === "message" || i === state.length - 1);'
 
 
+#: the `Oracle` method that writes each family-specific demonstration edit
+_HOOKS = {"summary": "summary_code", "early": "early_edit_code", "recent": "recent_edit_code"}
+
+
 class MissingEdit(ValueError):
     """The family's oracle has no such edit (its `Oracle` hook returns None)."""
 
@@ -63,8 +67,8 @@ class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
     evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy"), its
     summary code ("summary"), its early edit ("early") or its conservative edit ("recent"); otherwise
-    requests are ignored. With
-    `eager`, it also edits unasked, right after every output of a task tool (before the next call)."""
+    requests are ignored. With `eager`, it also edits unasked, right after every output of a task tool
+    (before the next call)."""
 
     def __init__(
         self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted", eager: bool = False
@@ -88,8 +92,8 @@ class OraclePolicy:
     def _code(self, state: list[dict[str, Any]]) -> str | None:
         if self.edit == "lossy":
             return LOSSY_EVOLVE_CODE
-        if self.edit in ("summary", "early", "recent"):
-            method = {"summary": "summary_code", "early": "early_edit_code", "recent": "recent_edit_code"}[self.edit]
+        if self.edit in _HOOKS:
+            method = _HOOKS[self.edit]
             code = getattr(self.oracle, method)(state)
             if code is None:
                 raise MissingEdit(f"{type(self.oracle).__name__} has no {self.edit} edit (Oracle.{method})")
