@@ -245,3 +245,16 @@ def test_the_packaged_configs_equal_the_user_facing_copies():
     assert shipped == sorted(p.name for p in (CONFIGS / "reproduce").glob("*.yaml"))
     for name in shipped:
         assert (RECIPES / name).read_bytes() == (CONFIGS / "reproduce" / name).read_bytes(), name
+
+
+def test_gpu_extras_take_the_versions_trl_supports():
+    """`[vllm]` and `[deepspeed]` were unpinned (the index serves vllm 0.33; TRL 1.16 supports 0.22-0.31):
+    they go through TRL's own extras at the TRL version the project pins, so the two cannot drift."""
+    import tomllib
+
+    project = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    trl = next(d for d in project["dependencies"] if re.match(r"trl\b", d))
+    version = trl.split("==")[1]
+    extras = project["optional-dependencies"]
+    assert extras["vllm"] == [f"trl[vllm]=={version}"]
+    assert extras["deepspeed"] == [f"trl[deepspeed]=={version}"]
