@@ -24,6 +24,16 @@ def tiny_counter() -> str:
     return f"hf:{resolve_model('tiny')}"
 
 
+def _pair(strategies: tuple[str, str], window: int, threshold: int, counter: str, seed: int, difficulty=TOY):
+    """Two oracle strategies' episodes on the same validation task."""
+    config = EnvConfig(context_window=window, compaction_threshold=threshold, tokenizer=counter)
+    runs = []
+    for strategy in strategies:
+        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=difficulty)
+        runs.append(run_oracle_episode(env, seed, **evolve_options(strategy)))
+    return tuple(runs)
+
+
 def _run(strategy: str, window: int, counter: str, seed: int = 0, threshold: int | None = 3200) -> dict:
     config = EnvConfig(context_window=window, compaction_threshold=min(threshold or window, window), tokenizer=counter)
     env = make_env("vault", split="test", strategy=strategy, config=config, difficulty=TOY)
@@ -54,13 +64,8 @@ def test_the_summary_edit_succeeds_as_often_as_the_targeted_edit_and_costs_clear
     """The cost axis of the demonstrations (issue 19): retyping the task and notes into one new message
     keeps the key as well as selecting the note pages does, but pays output tokens for every fact
     and breaks the cached prefix at its new first item. At the training length the targeted edit
-    is at least 15% cheaper per episode (measured: 26,269 vs 33,326 on 8 validation tasks, 21%)."""
-    config = EnvConfig(context_window=4500, compaction_threshold=3200, tokenizer=tiny_counter)
-    runs = {}
-    for strategy in ("evolve", "evolve_summary"):
-        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=TOY)
-        runs[strategy] = run_oracle_episode(env, seed, **evolve_options(strategy))
-    cheap, summary = runs["evolve"], runs["evolve_summary"]
+    is at least 20% cheaper per episode (measured: 31,453 vs 42,776 on 8 validation tasks, 26%)."""
+    cheap, summary = _pair(("evolve", "evolve_summary"), 4500, 3200, tiny_counter, seed)
     assert cheap["success"] and summary["success"]
     assert cheap["ledger"]["compactions"] == summary["ledger"]["compactions"] >= 5
     assert cheap["model_edits"] == cheap["selection_edits"] == cheap["ledger"]["compactions"]
@@ -74,12 +79,7 @@ def test_the_early_edit_keeps_what_the_targeted_edit_keeps_and_pays_for_the_brok
     the whole State after the system message (a cache cost the targeted edit does not pay); later ones
     write the same annotation again, which keeps the cache (measured on 32 validation tasks at the
     learning test's short setting: 5,986 vs 6,993)."""
-    config = EnvConfig(context_window=2700, compaction_threshold=2200, tokenizer=tiny_counter)
-    runs = {}
-    for strategy in ("evolve", "evolve_early"):
-        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=Difficulty(0.02, 1))
-        runs[strategy] = run_oracle_episode(env, 0, **evolve_options(strategy))
-    cheap, early = runs["evolve"], runs["evolve_early"]
+    cheap, early = _pair(("evolve", "evolve_early"), 2700, 2200, tiny_counter, 0, Difficulty(0.02, 1))
     assert cheap["success"] and early["success"] and cheap["model_edits"] == early["model_edits"] == 2
     assert (cheap["selection_edits"], early["selection_edits"]) == (2, 1)
     receipts = [[e for e in run["events"] if e["event"] == "evolve"] for run in (cheap, early)]
@@ -92,13 +92,8 @@ def test_compacting_after_every_page_succeeds_as_often_and_costs_clearly_more(ti
     """The timing axis of the demonstrations (issue 19): level 1's short pages leave the window room for
     several, so the harness asks every few pages; an agent that edits unasked after every page keeps the
     key as well, but pays an evolve call and its receipt at every page (measured on 4 validation tasks at
-    scale 0.2, window 4,500 / 3,800: 30,507 vs 41,278, 1.35x)."""
-    config = EnvConfig(context_window=4500, compaction_threshold=3800, tokenizer=tiny_counter)
-    runs = {}
-    for strategy in ("evolve", "evolve_eager"):
-        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=TOY)
-        runs[strategy] = run_oracle_episode(env, seed, **evolve_options(strategy))
-    asked, eager = runs["evolve"], runs["evolve_eager"]
+    scale 0.2, window 4,500 / 3,800: 30,529 vs 41,379, 1.36x)."""
+    asked, eager = _pair(("evolve", "evolve_eager"), 4500, 3800, tiny_counter, seed)
     assert asked["success"] and eager["success"]
     assert asked["asked_edits"] == asked["model_edits"] >= 4  # every edit answers a request
     assert eager["model_edits"] >= 3 * asked["model_edits"] and eager["asked_edits"] == 0  # never asked: it is early
@@ -113,12 +108,7 @@ def test_keeping_the_newest_pages_succeeds_as_often_and_costs_clearly_more(tiny_
     larger context and the next request comes sooner (measured on 8 validation tasks at scale 0.2, window
     4,500 / 3,800: 30,529 vs 56,375, 1.85x; at the cost test's scale 0.05, 4,000 / 3,000: 1.76x). Only the
     targeted edit's results count as targeted edits, the cheap-edit share."""
-    config = EnvConfig(context_window=4500, compaction_threshold=3800, tokenizer=tiny_counter)
-    runs = {}
-    for strategy in ("evolve", "evolve_recent"):
-        env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=TOY)
-        runs[strategy] = run_oracle_episode(env, seed, **evolve_options(strategy))
-    cheap, recent = runs["evolve"], runs["evolve_recent"]
+    cheap, recent = _pair(("evolve", "evolve_recent"), 4500, 3800, tiny_counter, seed)
     assert cheap["success"] and recent["success"]
     assert cheap["targeted_edits"] == cheap["model_edits"] >= 4 and recent["targeted_edits"] == 0
     assert recent["model_edits"] > cheap["model_edits"] and recent["selection_edits"] == recent["model_edits"]
