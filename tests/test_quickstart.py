@@ -18,6 +18,7 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     out = tmp_path / "qs"
     short = {
+        "scale": 0.05,  # six pages: the unlimited oracle's episode fits in eval_max_turns
         "demo_episodes": 2,
         "sft": {"max_steps": 1},
         "grpo": {"max_steps": 1, "max_turns": 6},  # short episodes: a near-random model's GRPO step stays cheap
