@@ -1,6 +1,7 @@
 """GRPO training entry point, TRL style:
 
-    accelerate launch -m rl_compaction.train --config configs/train/tiny-cpu.yaml [--max_steps 2 ...]
+    accelerate launch --config_file configs/accelerate/cpu.yaml \\
+        -m rl_compaction.train --config configs/train/tiny-cpu.yaml [--max_steps 2 ...]
     rl-compaction train --config configs/train/tiny-cpu.yaml
 
 The YAML holds `CompactionGRPOConfig` fields (TRL's GRPOConfig plus env and reward settings) and

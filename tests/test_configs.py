@@ -160,6 +160,25 @@ def test_the_loss_rule_is_enforced_through_the_yaml_path(tmp_path, monkeypatch):
         _parse(bad, monkeypatch, 1)
 
 
+@pytest.mark.parametrize("path", TRAIN, ids=_ids(TRAIN))
+def test_launch_command_leaves_accelerate_nothing_to_guess(path, caplog, monkeypatch):
+    """A bare `accelerate launch` on a machine without a GPU warns that it set `--num_processes` to 0
+    (issue 22): every header's command must give accelerate a config (or flags) that it needs no default
+    for, apart from the CPU thread count it reports."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    monkeypatch.delenv("ACCELERATE_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(CONFIGS.parent / "no-such-hf-home"))  # no default_config.yaml of the user's
+    argv = next(c for c in _header_commands(path) if "accelerate" in c[:2])
+    argv = argv[1:] if argv[0].startswith("CUDA_VISIBLE_DEVICES=") else argv
+    cli = launch_command_parser().parse_args(argv[2:])
+    with caplog.at_level("WARNING", logger="accelerate.commands.launch"):
+        cli, _, _ = _validate_launch_command(cli)
+    guessed = [line.strip() for line in caplog.text.splitlines() if "was set to" in line]
+    assert all("num_cpu_threads_per_process" in line for line in guessed), guessed
+    assert cli.num_processes >= 1
+
+
 def test_readme_lists_every_config_with_its_exact_commands():
     readme = (CONFIGS / "README.md").read_text()
     for path in TRAIN:
@@ -172,6 +191,7 @@ def test_readme_lists_every_config_with_its_exact_commands():
 # -- accelerate ---------------------------------------------------------------------------------------------
 
 EXPECTED_LAUNCH_ENV = {
+    "cpu.yaml": ("NO", 1, {"ACCELERATE_USE_CPU": "True", "ACCELERATE_MIXED_PRECISION": "no"}),
     "single_gpu.yaml": ("NO", 1, {}),
     "multi_gpu_ddp.yaml": ("MULTI_GPU", 8, {}),
     "fsdp2.yaml": (
@@ -216,12 +236,14 @@ def test_accelerate_config_produces_its_launch_environment(path):
         assert key in raw, f"{path.name} lacks {key}"
     config = ClusterConfig.from_yaml_file(path)  # accelerate's own loader: rejects unknown keys
     assert config.distributed_type == distributed_type and config.num_processes == processes
-    assert config.mixed_precision == "bf16" and config.num_machines == 1 and not config.use_cpu
+    on_cpu = path.name == "cpu.yaml"  # fp32 on the CPU; every other config is bf16 on GPUs
+    precision = "no" if on_cpu else "bf16"
+    assert config.mixed_precision == precision and config.num_machines == 1 and config.use_cpu == on_cpu
 
     # What `accelerate launch --config_file PATH` hands the processes (no GPU or DeepSpeed needed to build it).
     cli = launch_command_parser().parse_args(["--config_file", str(path), "-m", "rl_compaction.train"])
     cli, defaults, mixed_precision_from_config = _validate_launch_command(cli)
-    assert cli.num_processes == processes and cli.mixed_precision == "bf16"
+    assert cli.num_processes == processes and cli.mixed_precision == precision
     if cli.use_deepspeed:
         fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mixed_precision_from_config else [])
         cli.deepspeed_fields_from_accelerate_config = ",".join(fields)
@@ -230,7 +252,7 @@ def test_accelerate_config_produces_its_launch_environment(path):
         env = prepare_multi_gpu_env(cli)
     else:
         _, env = prepare_simple_launcher_cmd_env(cli)
-    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert env["ACCELERATE_MIXED_PRECISION"] == precision
     assert {k: env.get(k) for k in expected_env} == expected_env
 
 
