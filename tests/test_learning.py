@@ -15,10 +15,24 @@ Measured on the CPU machine: mean log-odds 2.38 before, 3.55 after ten GRPO step
 advantage sign flipped 1.00, with the mask inverted (the harness's tokens trained, not the model's)
 2.45, and with each episode given another's advantage (reversed within its group) 1.59: each of
 these errors fails the test (README, status, has the table).
+
+The second test is the same for the cost term of the reward (issue 19, item 5). Its warm start (a new
+random model of that shape after 1,000 SFT steps on demonstrations of two edits, 1:1) answers requests
+with the targeted edit or the conservative one (`evolve_recent`: the targeted edit that also keeps the
+last pages read); both succeed here, the conservative at 1.29x the cost, and the start writes both
+cleanly at temperature 0.7. Where a group holds no failed edit and no guessed key (most groups), its
+episodes differ in cost alone, so the group-normalised advantage is the cost term's ranking whatever its
+weight; with the term zeroed those groups have zero advantage and nothing moves, and with its sign
+flipped GRPO moves toward the expensive edit. The measure is exact again: at every compaction request of
+32 validation episodes, the log-odds of the targeted edit's first token that differs from the
+conservative edit's (the choice itself, teacher-forced). Measured on the CPU machine: 0.45 before, 1.79
+after eight GRPO steps with the default reward; 0.96 with the term zeroed, -0.66 with its sign flipped
+(README, status).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -26,6 +40,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import envs.vault.family as vault
 from rl_compaction.demos import turn_kind, write_demos
 from rl_compaction.models import build_tiny_model
 from rl_compaction.reproduce import ReproduceConfig, run_grpo
@@ -91,21 +106,25 @@ GRPO = {
 }
 
 
+#: SFT settings of both tests' warm starts (`SFTConfig` fields)
+SFT = {
+    "use_cpu": True,
+    "save_strategy": "no",
+    "report_to": "none",
+    "bf16": False,
+    "activation_checkpointing": False,
+    "max_length": 4096,
+    "per_device_train_batch_size": 1,
+    "num_train_epochs": 100,
+    "seed": 0,
+    "disable_tqdm": True,
+}
+
+
 def weak_start(tmp_path: Path) -> tuple[Path, Path]:
     """(model, tokenizer dir): the protocol from 1,000 SFT steps, then 5 steps toward ignoring the request."""
     start = build_tiny_model(tmp_path / "random", hidden_size=128, layers=4)
-    sft = {
-        "use_cpu": True,
-        "save_strategy": "no",
-        "report_to": "none",
-        "bf16": False,
-        "activation_checkpointing": False,
-        "max_length": 4096,
-        "per_device_train_batch_size": 1,
-        "num_train_epochs": 100,
-        "seed": 0,
-        "disable_tqdm": True,
-    }
+    sft = SFT
     demos = {"tokenizer_name_or_path": str(start), **TASK}
     write_demos(tmp_path / "demos", ["vault"], 64, ["evolve", "ignore"], keep_failed=["ignore"], **demos)
     train_sft(
@@ -154,3 +173,68 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
     )
     assert len(rewards) == 10
     assert after >= before + 0.5, (before, after)
+
+
+#: the same two short pages in a window that also holds the conservative edit's extra page, so both
+#: edits succeed (oracle, 8 validation seeds: targeted 5,692, conservative 7,322, both 100%)
+COST_TASK = {**TASK, "context_window": 3300}
+#: eight steps of the first test's GRPO, with room for the conservative edit's longer call
+COST_GRPO = {**GRPO, "max_completion_length": 128, "max_steps": 8}
+#: log-odds the cost term must add at the decision points: measured +1.34 with the default reward, +0.51
+#: with the cost term zeroed, -1.11 with its sign flipped (README, status)
+COST_MARGIN = 0.9
+
+
+def decision_points(tokenizer_dir: Path, out: Path) -> list[tuple[list[int], int, int]]:
+    """(context ids, targeted token, conservative token) at every compaction request of 32 validation
+    tasks: the prompt and the targeted edit's turn up to the first token where the conservative edit's
+    turn (the same call with `RECENT_EDIT_CODE`) differs."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rows = write_demos(
+        out, ["vault"], 32, ["evolve"], split="validation", tokenizer_name_or_path=str(tokenizer_dir), **COST_TASK
+    )
+    points = []
+    for row in rows:
+        if turn_kind(row) != "evolve":
+            continue
+        prompt, targeted = render_turn(tokenizer, row)
+        conservative = targeted.replace(json.dumps(vault.EVOLVE_CODE)[1:-1], json.dumps(vault.RECENT_EDIT_CODE)[1:-1])
+        assert conservative != targeted
+        p, a, b = (tokenizer.encode(t, add_special_tokens=False) for t in (prompt, targeted, conservative))
+        k = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        points.append((p + a[:k], a[k], b[k]))
+    return points
+
+
+def choice_log_odds(model_dir: Path, points: list[tuple[list[int], int, int]]) -> float:
+    """Mean log P(targeted token) - log P(conservative token) at the decision points."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        logps = [model(torch.tensor([ids])).logits[0, -1].log_softmax(-1) for ids, _, _ in points]
+    return statistics.mean((lp[a] - lp[b]).item() for lp, (_, a, b) in zip(logps, points, strict=True))
+
+
+def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, capsys):
+    def say(message: str) -> None:
+        with capsys.disabled():
+            print(f"\n[cost learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    say("demonstrations of both edits (1:1), then SFT (1,000 steps)")
+    start = build_tiny_model(tmp_path / "random", hidden_size=128, layers=4)
+    demos = {"tokenizer_name_or_path": str(start), **COST_TASK}
+    write_demos(tmp_path / "demos", ["vault"], 64, ["evolve", "evolve_recent"], **demos)
+    schedule = {"learning_rate": 2e-3, "lr_scheduler_type": "linear", "warmup_steps": 10, "max_steps": 1000}
+    train_sft(tmp_path / "demos", str(start), tmp_path / "sft", balance_turns=True, **schedule, **SFT)
+    points = decision_points(start, tmp_path / "validation")
+    before = choice_log_odds(tmp_path / "sft", points)
+    steps = COST_GRPO["max_steps"]
+    say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, {steps} steps")
+    config = ReproduceConfig(family="vault", **COST_TASK, grpo=COST_GRPO)  # the default reward
+    history = run_grpo(config, tmp_path / "sft", tmp_path / "grpo")
+    after = choice_log_odds(tmp_path / "grpo", points)
+    logged = [h for h in history if "reward/reward" in h]
+    shares = [round(h.get("targeted_share", float("nan")), 2) for h in logged]  # absent: no edit applied
+    costs = [round(h["cost/total"]) for h in logged]
+    say(f"log-odds after GRPO {after:.2f}; sampled targeted share per step {shares}, mean cost {costs}")
+    assert len(logged) == steps
+    assert after >= before + COST_MARGIN, (before, after)
