@@ -124,7 +124,6 @@ SFT = {
 def weak_start(tmp_path: Path) -> tuple[Path, Path]:
     """(model, tokenizer dir): the protocol from 1,000 SFT steps, then 5 steps toward ignoring the request."""
     start = build_tiny_model(tmp_path / "random", hidden_size=128, layers=4)
-    sft = SFT
     demos = {"tokenizer_name_or_path": str(start), **TASK}
     write_demos(tmp_path / "demos", ["vault"], 64, ["evolve", "ignore"], keep_failed=["ignore"], **demos)
     train_sft(
@@ -136,7 +135,7 @@ def weak_start(tmp_path: Path) -> tuple[Path, Path]:
         lr_scheduler_type="linear",
         warmup_steps=10,
         max_steps=1000,
-        **sft,
+        **SFT,
     )
     # balanced SFT answers nearly every request; a nudge toward the ignoring demonstrations makes it
     # answer about half of them (5 steps at 1e-4; 10 at 2e-4 already answer almost none)
@@ -148,7 +147,7 @@ def weak_start(tmp_path: Path) -> tuple[Path, Path]:
         learning_rate=1e-4,
         lr_scheduler_type="constant",
         max_steps=5,
-        **sft,
+        **SFT,
     )
     return tmp_path / "weak", start
 
