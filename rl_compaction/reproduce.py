@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -35,6 +36,7 @@ import yaml
 
 from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
+from rl_compaction.models import MARKER
 from rl_compaction.outputs import check_output_dir
 from rl_compaction.sft import train_sft, write_model_card
 from rl_compaction.tasks import SUBMIT_TOOL
@@ -61,6 +63,8 @@ class ReproduceConfig:
     baselines: policy specs evaluated beside the checkpoints at the same window;
     `unlimited_window`: the window of the extra "unlimited context" row (oracle, no compaction).
     wandb: log GRPO and the eval to Weights & Biases (offline without an account; `wandb sync` later).
+    warm_start: a finished SFT checkpoint of this recipe (`build_warm_start`): stages 1-2 are skipped, GRPO
+    starts from it and it is the SFT-only row.
     """
 
     output_dir: str = "runs/reproduce"
@@ -89,6 +93,7 @@ class ReproduceConfig:
     )
     unlimited_window: int = 1_000_000
     wandb: bool = False
+    warm_start: str | None = None
 
     def __post_init__(self) -> None:
         """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
@@ -110,6 +115,8 @@ class ReproduceConfig:
             Difficulty(scale=scale, level=self.level)
         EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
         check_output_dir(self.output_dir)
+        if self.warm_start is not None and not (Path(self.warm_start) / "config.json").is_file():
+            raise ValueError(f"warm_start {self.warm_start!r} is not a model folder (no config.json there)")
         check_demo_settings(
             [self.family], self.demo_episodes, self.demo_strategies, self.keep_failed, self.demo_weights
         )
@@ -286,18 +293,18 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
         if name == learned:
             continue
         olo, ohi = row["success_ci95"]
+        points = round(100 * (me["success_rate"] - row["success_rate"]))
+        ratio = me["mean_cost"] / max(row["mean_cost"], 1e-9)
         if me["success_rate"] == 0 and row["success_rate"] == 0:
             outcome = "neither succeeds, so cost says nothing"
         elif lo > ohi:
-            outcome = "beaten on success beyond the 95% intervals"
+            outcome = f"beaten on success by {points:+d} points, beyond the 95% intervals (cost ratio {ratio:.2f}x)"
         elif hi < olo:
-            outcome = "better on success than the learned policy"
-        elif me["mean_cost"] <= 0.8 * row["mean_cost"]:
-            outcome = (
-                f"intervals overlap on success; the learned policy costs {me['mean_cost'] / row['mean_cost']:.2f}x"
-            )
+            outcome = f"better on success than the learned policy by {-points:d} points, beyond the 95% intervals"
+        elif ratio <= 0.8:
+            outcome = f"intervals overlap on success ({points:+d} points); the learned policy costs {ratio:.2f}x"
         else:
-            outcome = f"not beaten (intervals overlap; cost ratio {me['mean_cost'] / max(row['mean_cost'], 1e-9):.2f}x)"
+            outcome = f"not beaten beyond the intervals (success {points:+d} points; cost ratio {ratio:.2f}x)"
         role = "SFT-only" if name == sft else "unlimited context" if name == unlimited else "baseline"
         lines.append(
             f"vs {role} {name}: {row['success_rate']:.0%} [{olo:.0%}, {ohi:.0%}], "
@@ -374,16 +381,8 @@ def _fresh(*folders: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
-    """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
-    With `resume`, a folder holding a run of the same config continues from its first unfinished
-    stage (the eval also keeps its finished episodes)."""
-    out, timings = _open_output(config, resume)
-    os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_DIR", str(out))
-    if timings:
-        _log(f"resuming {out}: done already: {', '.join(timings)}")
-
+def _demos_and_sft(config: ReproduceConfig, out: Path, timings: dict[str, float]) -> None:
+    """Stages 1-2 into `out` (demos/, sft_answers/, sft/), skipping those `timings` records as done."""
     if "demos" not in timings:
         start = _stage(1, 5, f"oracle demonstrations on {config.family} ({', '.join(config.demo_strategies)})")
         _fresh(out / "demos")
@@ -424,10 +423,90 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
         train_sft(out / "demos", start_model, out / "sft", balance_turns=config.balance_turns, **{**base, **config.sft})
         _done(out, timings, "sft", start)
 
+
+#: the settings stages 1-2 depend on: a warm start built with other values of these is another model
+WARM_START_FIELDS = (
+    "model",
+    "family",
+    "scale",
+    "level",
+    "context_window",
+    "compaction_threshold",
+    "demo_episodes",
+    "demo_strategies",
+    "demo_weights",
+    "keep_failed",
+    "balance_turns",
+    "sft_answers",
+    "sft",
+)
+#: what a warm-start folder holds besides the marker: the model and its tokenizer, nothing of the run
+WARM_START_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
+
+
+def warm_start_record(config: ReproduceConfig) -> dict[str, Any]:
+    """The recipe's stage 1-2 settings as its warm start's marker records them (JSON values)."""
+    return json.loads(json.dumps({name: getattr(config, name) for name in WARM_START_FIELDS}))
+
+
+def matching_warm_start(config: ReproduceConfig, folder: Path) -> Path | None:
+    """`folder` if it holds a warm start built (`build_warm_start`) with this config's stage 1-2 settings."""
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    complete = all((folder / name).is_file() for name in WARM_START_FILES)
+    return folder if complete and marker.get("recipe") == warm_start_record(config) else None
+
+
+def build_warm_start(config: ReproduceConfig, dest: Path) -> Path:
+    """Run stages 1-2 of `config` (oracle demonstrations of train tasks, SFT) in a scratch folder and install
+    the SFT checkpoint's model and tokenizer in `dest`, with a marker recording the settings it was built with,
+    so that a run of the same recipe can start GRPO from it (`warm_start`)."""
+    with tempfile.TemporaryDirectory(prefix="warm-start-") as scratch:
+        out = Path(scratch)
+        timings: dict[str, float] = {}
+        _demos_and_sft(config, out, timings)
+        staging = out / "install"
+        staging.mkdir()
+        for name in WARM_START_FILES:
+            shutil.copy2(out / "sft" / name, staging / name)
+        marker = {"name": dest.name, "recipe": warm_start_record(config), "build_seconds": timings}
+        (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, dest)
+    return dest
+
+
+def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
+    With `resume`, a folder holding a run of the same config continues from its first unfinished
+    stage (the eval also keeps its finished episodes)."""
+    out, timings = _open_output(config, resume)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_DIR", str(out))
+    if timings:
+        _log(f"resuming {out}: done already: {', '.join(timings)}")
+
+    if config.warm_start is not None:
+        warm = Path(config.warm_start)
+        _log(f"stages 1-2 skipped: GRPO starts from the warm start {warm} (this recipe's demos and SFT, built before)")
+    else:
+        warm = out / "sft"
+        _demos_and_sft(config, out, timings)
+
     if "grpo" not in timings:
         start = _stage(3, 5, "GRPO from the SFT checkpoint on the task reward")
         _fresh(out / "grpo")
-        run_grpo(config, out / "sft", out / "grpo")
+        run_grpo(config, warm, out / "grpo")
         _done(out, timings, "grpo", start)
     history = json.loads((out / "grpo" / "log_history.json").read_text(encoding="utf-8"))
 
@@ -444,7 +523,7 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
         "scale": config.eval_scale if config.eval_scale is not None else config.scale,
         "level": config.level,
     }
-    learned, sft = f"{out / 'grpo'}@evolve", f"{out / 'sft'}@evolve"
+    learned, sft = f"{out / 'grpo'}@evolve", f"{warm}@evolve"
     windowed = run_eval(
         EvalConfig(
             policies=[learned, sft, *config.baselines],

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
 import pytest
 
-from rl_compaction.quickstart import run_quickstart
+from rl_compaction.quickstart import QUICKSTART_CONFIG, run_quickstart
 from rl_compaction.reproduce import CURVE_PANELS, EDIT_PANELS, ReproduceConfig, learning_curve, verdict
 
 
@@ -19,9 +20,11 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     out = tmp_path / "qs"
     short = {
         "scale": 0.05,  # six pages: the unlimited oracle's episode fits in eval_max_turns
-        "demo_episodes": 2,
+        "demo_episodes": 4,  # one cycle of the demo weights
+        "sft_answers": {"max_steps": 1},
         "sft": {"max_steps": 1},
-        "grpo": {"max_steps": 1, "max_turns": 6},  # short episodes: a near-random model's GRPO step stays cheap
+        # one step of two short episodes: a near-random model's GRPO step stays cheap
+        "grpo": {"max_steps": 1, "max_turns": 6, "num_generations": 2, "gradient_accumulation_steps": 2},
         "eval_episodes": 1,
         "eval_max_turns": 10,
     }
@@ -31,7 +34,8 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     metrics = json.loads((out / "eval" / "metrics.json").read_text())["policies"]
     assert f"{out / 'grpo'}@evolve" in metrics and f"{out / 'sft'}@evolve" in metrics
     unlimited = json.loads((out / "eval_unlimited" / "metrics.json").read_text())["policies"]["oracle@none"]
-    assert unlimited["success_rate"] == 1.0 and unlimited["peak_context"] > 4500  # the task needs compaction
+    window = ReproduceConfig.from_yaml(QUICKSTART_CONFIG).context_window
+    assert unlimited["success_rate"] == 1.0 and unlimited["peak_context"] > window  # the task needs compaction
     table = report["table"]
     for row in ("learned (GRPO)", "SFT-only", "oracle@sliding_window", "oracle@none (window 1,000,000)"):
         assert row in table
@@ -152,3 +156,73 @@ def test_learning_curve_axes_do_not_magnify_noise():
     assert hi - lo >= 5_000  # 20% of the level at least
     lo, hi = _curve_limits("reward/reward", [-1.0, 2.0])  # a real trend keeps its own range
     assert lo <= -1.0 and hi >= 2.0 and hi - lo < 3.5
+
+
+def test_the_shipped_warm_start_is_the_quickstart_recipes_own():
+    """The quickstart starts GRPO from a warm start that ships in the package (~9 minutes of demos and SFT
+    saved). It must be current: built with the recipe's demo and SFT settings (scripts/build_quickstart_start.py
+    rebuilds it), small, and in the start model's tokenizer."""
+    from rl_compaction.models import shipped_dir
+    from rl_compaction.quickstart import SHIPPED_START, quickstart_config
+    from rl_compaction.reproduce import matching_warm_start
+
+    config = ReproduceConfig.from_yaml(QUICKSTART_CONFIG)
+    assert matching_warm_start(config, SHIPPED_START) == SHIPPED_START
+    assert sum(f.stat().st_size for f in SHIPPED_START.iterdir()) <= 5 * 2**20
+    start = shipped_dir(config.model) if config.model == "tiny-recall" else None
+    assert start is not None, "the recipe's start model is expected to ship too"
+    assert (SHIPPED_START / "tokenizer.json").read_bytes() == (start / "tokenizer.json").read_bytes()
+    marker = json.loads((SHIPPED_START / "rl_compaction_model.json").read_text())
+    assert marker["build_seconds"]["sft"] > 0  # what the shipped start saves a quickstart
+    assert quickstart_config("unused").warm_start == str(SHIPPED_START)
+    # an override of a stage 1-2 setting is another warm start: the quickstart then builds its own
+    assert quickstart_config("unused", sft={"max_steps": 1}).warm_start is None
+    assert quickstart_config("unused", grpo={"max_steps": 1}).warm_start == str(SHIPPED_START)
+
+
+def test_a_built_warm_start_records_the_settings_it_was_built_with(tmp_path):
+    from rl_compaction.reproduce import WARM_START_FILES, build_warm_start, matching_warm_start
+
+    config = ReproduceConfig(
+        output_dir=str(tmp_path / "unused"),
+        model="tiny",
+        scale=0.02,
+        demo_episodes=2,
+        demo_strategies=["evolve"],
+        keep_failed=[],
+        sft={"max_steps": 1, "max_length": 4096},
+    )
+    dest = build_warm_start(config, tmp_path / "start")
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*WARM_START_FILES, "rl_compaction_model.json"])
+    assert matching_warm_start(config, dest) == dest
+    other = dataclasses.replace(config, sft={"max_steps": 2, "max_length": 4096})
+    assert matching_warm_start(other, dest) is None
+    with pytest.raises(ValueError, match="warm_start .* is not a model folder"):
+        ReproduceConfig(output_dir=str(tmp_path / "unused"), warm_start=str(tmp_path / "missing"))
+    (dest / "model.safetensors").unlink()  # an incomplete folder is never used
+    assert matching_warm_start(config, dest) is None
+
+
+def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkeypatch):
+    """With only GRPO and eval settings overridden, no demos are written and no SFT runs: GRPO starts from the
+    shipped warm start, which is also the SFT-only row."""
+    import wandb
+
+    from rl_compaction.quickstart import SHIPPED_START
+
+    wandb.teardown()
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setattr("rl_compaction.reproduce.write_demos", lambda *a, **k: pytest.fail("demos written"))
+    monkeypatch.setattr("rl_compaction.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT run"))
+    out = tmp_path / "qs"
+    short = {
+        "grpo": {"max_steps": 1, "num_generations": 2, "gradient_accumulation_steps": 2},
+        "eval_episodes": 1,
+        "baselines": ["oracle@evolve"],
+        "wandb": False,
+    }
+    report = run_quickstart(out, **short)
+    assert not (out / "demos").exists() and not (out / "sft").exists()
+    assert (out / "grpo" / "model.safetensors").exists()
+    assert set(report["rows"]) >= {f"{out / 'grpo'}@evolve", f"{SHIPPED_START}@evolve"}
+    assert list(json.loads((out / "progress.json").read_text())) == ["grpo", "eval"]
