@@ -37,7 +37,6 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -153,7 +152,6 @@ def weak_start(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "weak", start
 
 
-@pytest.mark.long
 def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
     def say(message: str) -> None:  # this test runs for minutes: show where it is, even when captured
         with capsys.disabled():
@@ -215,7 +213,6 @@ def choice_log_odds(model_dir: Path, points: list[tuple[list[int], int, int]]) -
     return statistics.mean((lp[a] - lp[b]).item() for lp, (_, a, b) in zip(logps, points, strict=True))
 
 
-@pytest.mark.long
 def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, capsys):
     def say(message: str) -> None:
         with capsys.disabled():
