@@ -8,7 +8,7 @@ conservative edit that costs more, a lossy edit that fails), an SFT warm start o
 on the task reward, and a held-out eval of the GRPO checkpoint against the SFT-only model, the oracle
 under each fixed strategy and an unlimited context. `rl-compaction reproduce` is the full-length run.
 
-To fit in minutes, stages 1-2 (demos and SFT, ~9 minutes) come from the package: the recipe's own warm
+To fit in minutes, stages 1-2 (demos and SFT, ~11 minutes) come from the package: the recipe's own warm
 start, built from train tasks only by scripts/build_quickstart_start.py and shipped like the
 `tiny-recall` weights. Where it does not match the recipe's settings (an override of a stage 1-2
 field), the quickstart runs those stages itself.

@@ -4,7 +4,7 @@
 
 Runs stages 1-2 of configs/reproduce/quickstart.yaml exactly as `rl-compaction reproduce` would (oracle
 demonstrations of train tasks only, then SFT of `tiny-recall`) and keeps the SFT checkpoint's model and
-tokenizer with a marker of the settings. About 9 minutes on 2 CPU cores. Run it after changing the
+tokenizer with a marker of the settings. About 11 minutes on 2 idle CPU cores. Run it after changing the
 recipe's demo or SFT settings, then commit the folder (tests/test_quickstart.py checks it is current).
 """
 

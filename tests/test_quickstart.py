@@ -159,7 +159,7 @@ def test_learning_curve_axes_do_not_magnify_noise():
 
 
 def test_the_shipped_warm_start_is_the_quickstart_recipes_own():
-    """The quickstart starts GRPO from a warm start that ships in the package (~9 minutes of demos and SFT
+    """The quickstart starts GRPO from a warm start that ships in the package (~11 minutes of demos and SFT
     saved). It must be current: built with the recipe's demo and SFT settings (scripts/build_quickstart_start.py
     rebuilds it), small, and in the start model's tokenizer."""
     from rl_compaction.models import shipped_dir
