@@ -2,8 +2,9 @@
 
     rl-compaction quickstart [--output-dir DIR]
 
-It runs the reproduction's recipe with configs/reproduce/quickstart.yaml: the `vault` toy, whose
-log outgrows the window so the agent must compact; oracle demonstrations (the targeted edit, a
+It runs the reproduction's recipe with configs/reproduce/quickstart.yaml: the `vault` toy at two pages,
+where the harness asks for compaction (the log would still fit the window unedited: the run shows RL
+choosing among edits, not that compacting pays); oracle demonstrations (the targeted edit, a
 conservative edit that costs more, a lossy edit that fails), an SFT warm start of `tiny-recall`, GRPO
 on the task reward, and a held-out eval of the GRPO checkpoint against the SFT-only model, the oracle
 under each fixed strategy and an unlimited context. `rl-compaction reproduce` is the full-length run.
