@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import sys
 
@@ -247,6 +248,32 @@ def test_a_dropped_family_ends_its_java_process():
     del family
     gc.collect()
     assert process.wait(timeout=30) is not None
+
+
+@pytest.mark.parametrize("died", [False, True], ids=["closed", "died"])
+def test_a_gone_process_is_never_called_again(died, caplog):
+    """Once the JVM is closed or has died (and the simulator has restarted), collecting the old env and its
+    Java proxies must not call Java: py4j logs a traceback per failed call, from whatever thread the garbage
+    collector runs in, and two threads formatting tracebacks at once crash CPython 3.11's ast module (a CI
+    run failed so, after the kill in `test_simulator_errors_become_tool_errors`)."""
+    family = ScienceWorldFamily()
+    try:
+        task = family.make(0, "test", TOY)
+        task.call_tool("look", {})
+        if died:
+            family.process.kill()
+            family.process.wait()
+            with pytest.raises(ToolError, match="the simulator stopped"):
+                task.call_tool("look", {})
+            task.call_tool("look", {})  # a new process, the world replayed
+        else:
+            family.close()
+        caplog.clear()  # the failed call itself may log; what matters is what comes later
+        with caplog.at_level(logging.WARNING):
+            gc.collect()
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("py4j")] == []
+    finally:
+        family.close()
 
 
 def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):

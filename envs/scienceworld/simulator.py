@@ -70,6 +70,10 @@ def canonical(observation: str) -> str:
     return "\n".join(_sorted_listing(observation.split("\n")))
 
 
+def _already_closed() -> None:
+    """Stands in for a closed ScienceWorldEnv's `close` (see `Simulator.close`)."""
+
+
 class SimulatorError(Exception):
     """The ScienceWorld simulator failed; the message says how (it goes to the agent as a tool error)."""
 
@@ -138,10 +142,21 @@ class Simulator:
         if env is None:
             return
         proc = env._gateway.java_process
-        try:
-            env.close()
-        except Exception:  # a process that already died cannot be shut down politely
-            pass
+        if proc.poll() is None:
+            try:
+                env.close()
+            except Exception:  # the process died meanwhile: nothing left to shut down politely
+                pass
+        else:  # a dead JVM cannot be asked to shut down: release the Python side only
+            env._gateway.shutdown_callback_server()
+            client = env._gateway._gateway_client
+            client.close()
+            client.is_connected = False  # what a polite shutdown sets: py4j's finalizers then stop calling Java
+        # Whenever the garbage collector later gets to the env and its Java proxies, in whatever thread runs
+        # then, ScienceWorldEnv.__del__ closes again and py4j's finalizers tell Java to free each proxy. Against
+        # a gone JVM every such call logs a connection traceback, and two threads formatting tracebacks at
+        # once crash CPython 3.11's ast module (a SystemError that failed a test in CI). Neither may reach Java.
+        env.close = _already_closed
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
