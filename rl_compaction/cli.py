@@ -326,13 +326,13 @@ def _print_report(report: dict) -> None:
     print(f"\nstages: {times}\nplot:           {report['plot']}\nlearning curve: {report['learning_curve']}")
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    from rl_compaction.reproduce import RECIPES, ReproduceConfig, run_reproduce
+def cmd_reproduce(argv: list[str]) -> int:
+    """Parsed by TRL's TrlParser (every ReproduceConfig field is a flag), not by this module's argparse."""
+    from rl_compaction.reproduce import parse_reproduce_args, run_reproduce
 
     try:
-        path = args.config or RECIPES / "vault-tiny-cpu.yaml"
-        config = ReproduceConfig.from_yaml(path, output_dir=args.output_dir)
-        report = run_reproduce(config, resume=args.resume)
+        config, resume = parse_reproduce_args(argv)
+        report = run_reproduce(config, resume=resume)
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
     _print_report(report)
@@ -482,15 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue a failed or killed run in --output-dir")
     p.set_defaults(func=cmd_quickstart)
 
-    p = sub.add_parser("reproduce", help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines")
-    p.add_argument(
-        "--config",
-        default=None,
-        help="a ReproduceConfig YAML (default: the packaged copy of configs/reproduce/vault-tiny-cpu.yaml)",
+    p = sub.add_parser(
+        "reproduce",
+        help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines",
+        description="--config FILE.yaml (default: the packaged configs/reproduce/vault-tiny-cpu.yaml), then any "
+        "ReproduceConfig field as a flag (--output-dir DIR, --eval_episodes N, --grpo JSON, ...) and --resume.",
     )
-    p.add_argument("--output-dir", default=None, help="overrides the config's output_dir")
-    p.add_argument("--resume", action="store_true", help="continue a failed or killed run there (same config)")
-    p.set_defaults(func=cmd_reproduce)
+    p.add_argument("reproduce_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
     p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")
     p.add_argument(
@@ -637,6 +635,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return 0
+    if argv[:1] == ["reproduce"]:
+        try:
+            return cmd_reproduce(argv[1:])
+        except UsageError as e:
+            print(f"rl-compaction reproduce: error: {e}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

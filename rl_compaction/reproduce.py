@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -46,54 +46,77 @@ from rl_compaction.tasks import SUBMIT_TOOL
 RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
 
 
+def _help(text: str, **kwargs: Any) -> Any:
+    """A dataclass field with `--help` text, as TRL's configs declare theirs (TrlParser reads `metadata`)."""
+    return field(metadata={"help": text}, **kwargs)
+
+
+#: the fields that hold TRL config overrides: a mapping in YAML, a JSON object on the command line (typed
+#: `dict | str | None`, as TRL types its own dict fields, so that TrlParser reads the flag as a string)
+TRL_SECTIONS = ("sft", "sft_answers", "grpo")
+
+
 @dataclass
 class ReproduceConfig:
-    """Every setting of the recipe (configs/reproduce/*.yaml map one-to-one onto these fields).
+    """Every setting of the recipe: configs/reproduce/*.yaml map one-to-one onto these fields, and
+    `rl-compaction reproduce --config FILE --FIELD VALUE` overrides any of them (TRL's `TrlParser`)."""
 
-    Task: `family` at `scale` / `level`, with the agent's `context_window` and the harness's
-    `compaction_threshold` (tokens of `model`'s own tokenizer) for demos, training and eval.
-    demo_*: oracle episodes, their strategies and how many episodes of each cycle each strategy plays
-    (`demo_weights`, default one each); `keep_failed` names the imperfect strategies kept.
-    balance_turns: SFT samples read, evolve and submit turns equally often (`rl_compaction.sft`).
-    sft / grpo: overrides of TRL's SFTConfig and of `CompactionGRPOConfig` (TRL field names).
-    sft_answers: SFTConfig overrides of a first SFT phase on the answer turns alone (`submit` calls);
-    empty: no such phase (SFT starts on every turn).
-    eval_*: held-out test episodes (seeds 0..n-1) at `eval_scale` (default: `scale`; longer episodes
-    test that the learned edits hold over more compactions) and sampling of the model rows.
-    baselines: policy specs evaluated beside the checkpoints at the same window;
-    `unlimited_window`: the window of the extra "unlimited context" row (oracle, no compaction).
-    wandb: log GRPO and the eval to Weights & Biases (offline without an account; `wandb sync` later).
-    warm_start: a finished SFT checkpoint of this recipe (`build_warm_start`): stages 1-2 are skipped, GRPO
-    starts from it and it is the SFT-only row.
-    """
-
-    output_dir: str = "runs/reproduce"
-    model: str = "tiny"
-    family: str = "vault"
-    scale: float = 0.2
-    level: int = 1
-    context_window: int = 4500
-    compaction_threshold: int = 3200
-    demo_episodes: int = 60
-    demo_strategies: list[str] = field(default_factory=lambda: ["evolve", "evolve_lossy", "none"])
-    demo_weights: list[int] | None = None
-    keep_failed: list[str] = field(default_factory=lambda: ["evolve_lossy", "none"])
-    balance_turns: bool = True
-    sft: dict[str, Any] = field(default_factory=dict)
-    sft_answers: dict[str, Any] = field(default_factory=dict)
-    grpo: dict[str, Any] = field(default_factory=dict)
-    eval_episodes: int = 32
-    eval_scale: float | None = None
-    eval_max_turns: int = 40
-    eval_max_new_tokens: int = 96
-    eval_temperature: float = 1.0
-    eval_batch_size: int = 16
-    baselines: list[str] = field(
-        default_factory=lambda: ["oracle@none", "oracle@sliding_window", "oracle@clear_tool_outputs", "oracle@evolve"]
+    output_dir: str = _help(
+        "where every stage writes (refused when not empty, unless resuming)", default="runs/reproduce"
     )
-    unlimited_window: int = 1_000_000
-    wandb: bool = False
-    warm_start: str | None = None
+    model: str = _help(
+        "the model to start from: a known name (tiny, tiny-recall, smollm2-135m) or a folder", default="tiny"
+    )
+    family: str = _help("the task family of demos, training and eval", default="vault")
+    scale: float = _help("the task's difficulty scale (its length)", default=0.2)
+    level: int = _help("the task's difficulty level", default=1)
+    context_window: int = _help("the agent's window, in the model's own tokens", default=4500)
+    compaction_threshold: int = _help("context size at which the harness asks for a compaction", default=3200)
+    demo_episodes: int = _help("oracle episodes played for the demonstrations (train seeds)", default=60)
+    demo_strategies: list[str] = _help(
+        "the oracle's strategies in the demonstrations, played in turn",
+        default_factory=lambda: ["evolve", "evolve_lossy", "none"],
+    )
+    demo_weights: list[int] | None = _help(
+        "episodes of each cycle each strategy plays (default: one each)", default=None
+    )
+    keep_failed: list[str] = _help(
+        "the imperfect strategies whose failed episodes are kept (without their wrong answer)",
+        default_factory=lambda: ["evolve_lossy", "none"],
+    )
+    balance_turns: bool = _help("SFT samples read, evolve and submit turns equally often", default=True)
+    sft: dict[str, Any] | str | None = _help(
+        "TRL SFTConfig fields of the SFT on every turn (YAML mapping; JSON on the command line)", default_factory=dict
+    )
+    sft_answers: dict[str, Any] | str | None = _help(
+        "SFTConfig fields of a first SFT phase on the answer turns alone (`submit` calls); empty: no such phase",
+        default_factory=dict,
+    )
+    grpo: dict[str, Any] | str | None = _help(
+        "CompactionGRPOConfig fields (TRL's GRPOConfig plus env and reward) of the GRPO stage", default_factory=dict
+    )
+    eval_episodes: int = _help("held-out test episodes per row (seeds 0..n-1)", default=32)
+    eval_scale: float | None = _help(
+        "the eval's scale (default: `scale`; longer episodes test that the edits hold over more compactions)",
+        default=None,
+    )
+    eval_max_turns: int = _help("turn limit of an eval episode", default=40)
+    eval_max_new_tokens: int = _help("tokens a model row may generate per turn", default=96)
+    eval_temperature: float = _help("sampling temperature of the model rows", default=1.0)
+    eval_batch_size: int = _help("eval episodes run together (one batched model call)", default=16)
+    baselines: list[str] = _help(
+        "policy specs evaluated beside the checkpoints at the same window",
+        default_factory=lambda: ["oracle@none", "oracle@sliding_window", "oracle@clear_tool_outputs", "oracle@evolve"],
+    )
+    unlimited_window: int = _help(
+        'the window of the extra "unlimited context" row (oracle, no compaction)', default=1_000_000
+    )
+    wandb: bool = _help("log GRPO and the eval to Weights & Biases (offline without an account)", default=False)
+    warm_start: str | None = _help(
+        "a finished SFT checkpoint of this recipe (`build_warm_start`): stages 1-2 are skipped, GRPO starts "
+        "from it and it is the SFT-only row",
+        default=None,
+    )
 
     def __post_init__(self) -> None:
         """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
@@ -105,6 +128,18 @@ class ReproduceConfig:
         from rl_compaction.tasks import Difficulty
         from rl_compaction.trainer import CompactionGRPOConfig
 
+        for section in TRL_SECTIONS:  # a JSON object from the command line, as TRL reads its dict fields
+            value = getattr(self, section)
+            if value is None:  # `sft:` with nothing under it in YAML
+                value = {}
+            elif isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{section} must be a JSON object on the command line: {e}") from None
+            if not isinstance(value, dict):
+                raise ValueError(f"{section} must be a mapping of TRL config fields, got {value!r}")
+            setattr(self, section, value)
         for name in ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -125,7 +160,7 @@ class ReproduceConfig:
             allowed = ORACLE_STRATEGIES if name == "oracle" else MODEL_STRATEGIES
             if strategy not in allowed:
                 raise ValueError(f"baseline {spec!r}: strategy {strategy!r} is not one of {', '.join(allowed)}")
-        for section, config_class in (("sft", SFTConfig), ("sft_answers", SFTConfig), ("grpo", CompactionGRPOConfig)):
+        for section, config_class in zip(TRL_SECTIONS, (SFTConfig, SFTConfig, CompactionGRPOConfig), strict=True):
             known = {f.name for f in fields(config_class)}
             unknown = sorted(set(getattr(self, section)) - known)
             if unknown:
@@ -135,31 +170,19 @@ class ReproduceConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> ReproduceConfig:
-        """Read a YAML file of these fields; an unknown key is an error that names the valid ones."""
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise FileNotFoundError(f"reproduce config not found: {p}") from None
-        except IsADirectoryError:
-            raise ValueError(f"{p} is a folder; --config takes a YAML file") from None
-        except yaml.YAMLError as e:
-            raise ValueError(f"{p} is not valid YAML: {' '.join(str(e).split())}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{p}: expected a mapping of ReproduceConfig fields")
+        """Read a YAML file of these fields with TRL's parser; an unknown key is an error naming the valid
+        ones. `overrides` set fields after the file; under sft / grpo they update the file's mapping."""
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{p}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
-        for key, value in overrides.items():
-            if value is None:
-                continue
-            # sft / grpo overrides update the file's settings rather than replace them
-            data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
-        return cls(**data)
+        config, _ = parse_reproduce_args(["--config", str(path)])
+        changes = {
+            key: {**getattr(config, key), **value} if isinstance(value, dict) else value
+            for key, value in overrides.items()
+            if value is not None
+        }
+        return replace(config, **changes) if changes else config
 
     @property
     def task(self) -> dict[str, Any]:
@@ -169,6 +192,54 @@ class ReproduceConfig:
             "context_window": self.context_window,
             "compaction_threshold": self.compaction_threshold,
         }
+
+
+@dataclass
+class ReproduceRunArguments:
+    """What the command line adds to a recipe: whether to continue a run."""
+
+    resume: bool = _help("continue a failed or killed run in output_dir (same config)", default=False)
+
+
+#: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else
+CONFIG_HELP = (
+    "Every field below is a ReproduceConfig field; --config FILE.yaml reads them from a recipe "
+    "(default: the packaged configs/reproduce/vault-tiny-cpu.yaml), and flags after it override the file's values."
+)
+
+
+def parse_reproduce_args(argv: list[str]) -> tuple[ReproduceConfig, bool]:
+    """(config, resume) from `rl-compaction reproduce` arguments, parsed by TRL's `TrlParser` as TRL's own
+    scripts parse theirs. A missing, unreadable or non-YAML recipe, or a key that is no field, is a
+    ValueError or FileNotFoundError saying so; a bad flag exits as argparse does."""
+    from trl import TrlParser
+
+    argv = list(argv)
+    if "--config" not in argv:
+        argv = ["--config", str(RECIPES / "vault-tiny-cpu.yaml"), *argv]
+    elif argv.index("--config") == len(argv) - 1:
+        raise ValueError("--config needs a YAML file")
+    path = Path(argv[argv.index("--config") + 1])
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; --config takes a YAML file")
+    if not path.is_file():
+        raise FileNotFoundError(f"reproduce config not found: {path}")
+    parser = TrlParser(
+        (ReproduceConfig, ReproduceRunArguments), prog="rl-compaction reproduce", description=CONFIG_HELP
+    )
+    try:
+        config, run, from_file, _ = parser.parse_args_and_config(
+            argv, return_remaining_strings=True, separate_remaining_strings=True
+        )
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
+    except ValueError as e:  # TRL's words for a file that is no mapping
+        raise ValueError(f"{path}: expected a mapping of ReproduceConfig fields ({e})") from None
+    unknown = [key.removeprefix("--") for key in from_file[::2]]
+    if unknown:
+        valid = ", ".join(sorted(f.name for f in fields(ReproduceConfig)))
+        raise ValueError(f"{path}: unknown field(s) {', '.join(unknown)}; valid: {valid}")
+    return config, run.resume
 
 
 def _stage(n: int, total: int, title: str) -> float:

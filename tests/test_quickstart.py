@@ -7,9 +7,18 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from rl_compaction.quickstart import QUICKSTART_CONFIG, run_quickstart
-from rl_compaction.reproduce import CURVE_PANELS, EDIT_PANELS, ReproduceConfig, learning_curve, verdict
+from rl_compaction.reproduce import (
+    CURVE_PANELS,
+    EDIT_PANELS,
+    RECIPES,
+    ReproduceConfig,
+    learning_curve,
+    parse_reproduce_args,
+    verdict,
+)
 
 
 def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
@@ -84,6 +93,31 @@ def test_reproduce_config_rejects_unknown_fields(tmp_path):
     assert config.sft == {"max_steps": 3, "learning_rate": 0.01}  # overrides update the file's settings
     with pytest.raises(ValueError, match="unknown override\\(s\\) window"):
         ReproduceConfig.from_yaml(path, window=3)
+
+
+def test_reproduce_reads_recipes_the_trl_way(tmp_path):
+    """TRL's TrlParser reads every shipped recipe exactly as its YAML says (it replaced a hand-written
+    reader, issue 22 item 3), and any field given as a flag after --config overrides the file's value."""
+    for path in sorted(RECIPES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        config, resume = parse_reproduce_args(["--config", str(path)])
+        assert {key: getattr(config, key) for key in data} == data and not resume, path.name
+    flags = ["--output-dir", str(tmp_path / "o"), "--eval_episodes", "8", "--grpo", '{"max_steps": 2}', "--resume"]
+    config, resume = parse_reproduce_args(["--config", str(QUICKSTART_CONFIG), *flags])
+    assert (config.output_dir, config.eval_episodes, config.grpo, resume) == (
+        str(tmp_path / "o"),
+        8,
+        {"max_steps": 2},  # a JSON object replaces the file's mapping, as TRL's dict flags do
+        True,
+    )
+    assert config.sft == ReproduceConfig.from_yaml(QUICKSTART_CONFIG).sft  # what no flag names stays the file's
+    assert parse_reproduce_args([])[0] == ReproduceConfig.from_yaml(RECIPES / "vault-tiny-cpu.yaml")  # the default
+    with pytest.raises(ValueError, match="grpo must be a JSON object on the command line"):
+        parse_reproduce_args(["--grpo", "{max_steps: 2"])
+    with pytest.raises(ValueError, match="sft must be a mapping of TRL config fields"):
+        parse_reproduce_args(["--sft", "[1]"])
+    with pytest.raises(ValueError, match="--config needs a YAML file"):
+        parse_reproduce_args(["--config"])
 
 
 @pytest.mark.parametrize(
