@@ -11,9 +11,11 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rl_compaction.configs import help_field
 from rl_compaction.state import State, StateError, dumps_state, load_state
 
 #: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
@@ -271,37 +273,42 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from rl_compaction.evaluate import EvalConfig, run_eval
+@dataclass
+class EvalRunArguments:
+    """What `rl-compaction eval` adds to an EvalConfig: how to run it."""
+
+    resume: bool = help_field("continue from OUTPUT_DIR/episodes.jsonl", default=False)
+    wandb: bool = help_field("log to Weights & Biases (offline without an account)", default=False)
+
+
+def parse_eval_args(argv: list[str]) -> tuple[Any, EvalRunArguments]:
+    """(EvalConfig, run arguments) from `rl-compaction eval` arguments, by TRL's TrlParser: every EvalConfig
+    field is a flag (with its dashed alias: --seed-start), and --config FILE.yaml gives them from a file."""
+    from trl import TrlParser
+
+    from rl_compaction.evaluate import EvalConfig
+
+    parser = TrlParser(
+        (EvalConfig, EvalRunArguments),
+        prog="rl-compaction eval",
+        description="Compare policies on held-out tasks: table, episodes JSONL, plot. Every field below is a "
+        "flag; --config FILE.yaml reads them from a file, and flags after it override the file's values.",
+    )
+    try:
+        config, run = parser.parse_args_and_config(argv)
+    except (FileNotFoundError, IsADirectoryError) as e:
+        raise UsageError(f"cannot read the --config file: {e}") from None
+    except ValueError as e:  # a bad setting (EvalConfig.__post_init__) or a config key that is no field
+        raise UsageError(str(e)) from None
+    return config, run
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from rl_compaction.evaluate import run_eval
     from rl_compaction.policies.openai_http import HTTPPolicyError
 
-    if args.episodes <= 0 or args.batch_size <= 0:
-        raise UsageError("--episodes and --batch-size must be > 0")
-    if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
-        raise UsageError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
-    _family(args.env)
-    config = EvalConfig(
-        policies=args.policy,
-        env=args.env,
-        split=args.split,
-        episodes=args.episodes,
-        seed_start=args.seed_start,
-        scale=args.scale,
-        level=args.level,
-        context_window=args.context_window,
-        compaction_threshold=args.compaction_threshold,
-        max_turns=args.max_turns,
-        strategy=args.strategy,
-        tokenizer=args.tokenizer,
-        cache_preset=args.cache_preset,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        batch_size=args.batch_size,
-        base_url=args.base_url,
-        api=args.api,
-        request_timeout_s=args.request_timeout,
-        output_dir=args.output_dir,
-    )
+    config, args = parse_eval_args(argv)
+    _family(config.family)
     try:
         result = run_eval(config, resume=args.resume, use_wandb=args.wandb)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
@@ -490,49 +497,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("reproduce_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
-    p = sub.add_parser("eval", help="compare policies on held-out tasks: table, episodes JSONL, plot")
-    p.add_argument(
-        "--policy",
-        action="append",
-        required=True,
-        metavar="SPEC",
-        help="oracle | openai:MODEL | a local model (path, smollm2-135m, tiny); optional @STRATEGY; repeat to compare",
+    p = sub.add_parser(
+        "eval",
+        help="compare policies on held-out tasks: table, episodes JSONL, plot",
+        description="--policy SPEC (repeat to compare) --env FAMILY, then any EvalConfig field as a flag "
+        "(--episodes N, --split test, ...), or --config FILE.yaml; --resume, --wandb.",
     )
-    p.add_argument("--env", required=True, metavar="FAMILY")
-    p.add_argument("--split", default="test", choices=("train", "validation", "test"))
-    p.add_argument("--episodes", type=int, default=5)
-    p.add_argument("--seed-start", type=_seed, default=0)
-    p.add_argument("--scale", type=_scale, default=1.0)
-    p.add_argument("--level", type=int, default=2)
-    p.add_argument("--context-window", type=int, default=32_768)
-    p.add_argument("--compaction-threshold", type=int, default=None)
-    p.add_argument("--max-turns", type=int, default=100)
-    p.add_argument(
-        "--strategy",
-        default="evolve",
-        help="default for specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
-    )
-    p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
-    p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--batch-size", type=int, default=4, help="episodes run together (one batched model call)")
-    p.add_argument(
-        "--base-url",
-        default=None,
-        help="for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)",
-    )
-    p.add_argument("--api", default="chat", choices=("chat", "responses"))
-    p.add_argument(
-        "--request-timeout",
-        type=float,
-        default=600.0,
-        help="openai: policies: seconds each request may take to answer, and to send its whole reply",
-    )
-    p.add_argument("--output-dir", default="runs/eval")
-    p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/episodes.jsonl")
-    p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (offline without an account)")
-    p.set_defaults(func=cmd_eval)
+    p.add_argument("eval_args", nargs=argparse.REMAINDER, metavar="ARGS")
 
     p = sub.add_parser(
         "train",
@@ -635,11 +606,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return 0
-    if argv[:1] == ["reproduce"]:
+    if argv[:1] in (["reproduce"], ["eval"]):  # TRL's parser owns every field of their configs
         try:
-            return cmd_reproduce(argv[1:])
+            return (cmd_reproduce if argv[0] == "reproduce" else cmd_eval)(argv[1:])
         except UsageError as e:
-            print(f"rl-compaction reproduce: error: {e}", file=sys.stderr)
+            print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
             return 2
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -12,14 +12,16 @@ at the threshold; model policies only). Every episode goes to ``episodes.jsonl``
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
+from rl_compaction.configs import as_mapping, help_field
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.outputs import check_output_dir
@@ -37,47 +39,83 @@ from rl_compaction.reports import (
 from rl_compaction.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
 from rl_compaction.state import clip
 from rl_compaction.strategies import HARNESS_STRATEGIES, Summary
-from rl_compaction.tasks import Difficulty
+from rl_compaction.tasks import SPLITS, Difficulty
 
 MODEL_STRATEGIES = ("evolve", "none", "summary", *HARNESS_STRATEGIES)
 
 
 @dataclass
 class EvalConfig:
-    """Settings of one evaluation (all recorded with every episode).
+    """Settings of one evaluation, all recorded with every episode. `rl-compaction eval` reads them with
+    TRL's `TrlParser`: from flags, or from `--config FILE.yaml` with flags overriding the file."""
 
-    policies: policy specs (see module docstring).
-    env: task family; split: normally "test"; episodes: per policy, task seeds seed_start...
-    context_window / compaction_threshold / max_turns: the env's limits.
-    strategy: default strategy for specs without ``@STRATEGY``.
-    max_new_tokens / temperature: sampling for model policies; batch_size: episodes per batch.
-    base_url / api / request_timeout_s: for ``openai:`` policies ("chat" or "responses"; seconds
-        each request may take, its body's reading included).
-    tokenizer: the units of window, threshold and cost for every policy of the run (a tiktoken
-        encoding, a model name or a model directory): pass the evaluated model's to count in its tokens.
-    """
+    policies: list[str] = help_field(
+        "policy specs: oracle | openai:MODEL | vllm:MODEL | a local model (path, smollm2-135m, tiny), each "
+        "with an optional @STRATEGY; repeat --policy to compare",
+        metadata={"aliases": ["--policy"], "action": "extend"},
+    )
+    family: str = help_field(
+        "the task family (the flag --env too; in a YAML file `family`, since TRL's parser reads a top-level "
+        "`env` key as environment variables)",
+        default="probe",
+        metadata={"aliases": ["--env"]},
+    )
+    split: str = help_field("the task split (normally test)", default="test", metadata={"choices": SPLITS})
+    episodes: int = help_field("episodes per policy, on task seeds seed_start..", default=5)
+    seed_start: int = help_field("the first task seed (an integer >= 0)", default=0)
+    scale: float = help_field("the task's difficulty scale (its length)", default=1.0)
+    level: int = help_field("the task's difficulty level", default=2)
+    context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=32_768)
+    compaction_threshold: int | None = help_field(
+        "context size at which the harness asks for a compaction (default: 75%% of the window)", default=None
+    )
+    max_turns: int = help_field("turn limit per episode", default=100)
+    strategy: str = help_field(
+        "the strategy of specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
+        default="evolve",
+    )
+    tokenizer: str = help_field(
+        "the units of window, threshold and cost for every policy of the run (a tiktoken encoding, a model "
+        "name or a model directory): pass the evaluated model's to count in its tokens",
+        default="o200k_base",
+    )
+    cache_preset: str = help_field("the cost model (configs/accounting.yaml)", default="local")
+    max_new_tokens: int = help_field("tokens a model policy may generate per turn", default=512)
+    temperature: float = help_field("sampling temperature of model policies", default=0.7)
+    batch_size: int = help_field("episodes run together (one batched model call)", default=4)
+    base_url: str | None = help_field(
+        "for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)", default=None
+    )
+    api: str = help_field("the openai: policies' API", default="chat", metadata={"choices": ("chat", "responses")})
+    request_timeout_s: float = help_field(
+        "openai: policies: seconds each request may take to answer, and to send its whole reply",
+        default=600.0,
+        metadata={"aliases": ["--request-timeout"]},
+    )
+    output_dir: str = help_field("where episodes.jsonl, metrics.json and the plot go", default="runs/eval")
+    extra: dict[str, Any] | str | None = help_field(
+        "free-form settings recorded with every episode (a JSON object on the command line)", default_factory=dict
+    )
 
-    policies: list[str]
-    env: str = "probe"
-    split: str = "test"
-    episodes: int = 5
-    seed_start: int = 0
-    scale: float = 1.0
-    level: int = 2
-    context_window: int = 32_768
-    compaction_threshold: int | None = None
-    max_turns: int = 100
-    strategy: str = "evolve"
-    tokenizer: str = "o200k_base"
-    cache_preset: str = "local"
-    max_new_tokens: int = 512
-    temperature: float = 0.7
-    batch_size: int = 4
-    base_url: str | None = None
-    api: str = "chat"
-    request_timeout_s: float = 600.0
-    output_dir: str = "runs/eval"
-    extra: dict[str, Any] = field(default_factory=dict)
+    def __post_init__(self) -> None:
+        """Refuse a bad setting before any episode runs, each with its own one-line reason."""
+        if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
+            raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
+        for name in ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
+            raise ValueError(f"seed_start must be a task seed (an integer >= 0), got {self.seed_start!r}")
+        Difficulty(scale=self.scale, level=self.level)
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.api not in ("chat", "responses"):
+            raise ValueError(f"api must be chat or responses, got {self.api!r}")
+        timeout = self.request_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+            raise ValueError(f"request_timeout_s must be a positive number of seconds, got {timeout!r}")
+        self.extra = as_mapping("extra", self.extra)
 
 
 def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
@@ -140,7 +178,7 @@ def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy
         )
         envs.append(
             CompactionEnv(
-                config.env,
+                config.family,
                 split=config.split,
                 difficulty=Difficulty(config.scale, config.level),
                 config=env_config,
@@ -341,8 +379,8 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     for spec in config.policies:
         name, strategy = split_spec(spec, config.strategy)
         label = f"{name}@{strategy}"
-        records = [done[k] for s in seeds if (k := f"{label}|{config.env}|{config.split}|{s}|0") in done]
-        todo = [s for s in seeds if f"{label}|{config.env}|{config.split}|{s}|0" not in done]
+        records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
+        todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
         if todo:
             policy = make_policy(name, strategy, config)
             policy.name = label
@@ -366,7 +404,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
         rows.append(row)
         by_policy[label] = row
     table = format_metrics(rows)
-    title = f"{config.env} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
+    title = f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
     plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", title)
     metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
@@ -394,6 +432,8 @@ def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
             "fix or remove it, or choose another --output-dir"
         ) from None
     for record in done.values():
+        if "env" in record.settings:  # written before EvalConfig.env was renamed family
+            record.settings["family"] = record.settings.pop("env")
         keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
         changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
         if changed:
@@ -471,7 +511,7 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
         run.summary[f"{r['policy']}/success_rate"] = r["success_rate"]
         run.summary[f"{r['policy']}/mean_cost"] = r["mean_cost"]
     run.log({"eval/policies": table, "eval/success_vs_cost": wandb.Image(str(plot))})
-    artifact = wandb.Artifact(f"eval-{config.env}-{config.split}", type="episodes")
+    artifact = wandb.Artifact(f"eval-{config.family}-{config.split}", type="episodes")
     artifact.add_file(str(episodes))
     run.log_artifact(artifact)
     run.finish()

@@ -27,13 +27,14 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rl_compaction.configs import as_mapping, help_field
 from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.models import MARKER
@@ -46,11 +47,6 @@ from rl_compaction.tasks import SUBMIT_TOOL
 RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
 
 
-def _help(text: str, **kwargs: Any) -> Any:
-    """A dataclass field with `--help` text, as TRL's configs declare theirs (TrlParser reads `metadata`)."""
-    return field(metadata={"help": text}, **kwargs)
-
-
 #: the fields that hold TRL config overrides: a mapping in YAML, a JSON object on the command line (typed
 #: `dict | str | None`, as TRL types its own dict fields, so that TrlParser reads the flag as a string)
 TRL_SECTIONS = ("sft", "sft_answers", "grpo")
@@ -61,58 +57,58 @@ class ReproduceConfig:
     """Every setting of the recipe: configs/reproduce/*.yaml map one-to-one onto these fields, and
     `rl-compaction reproduce --config FILE --FIELD VALUE` overrides any of them (TRL's `TrlParser`)."""
 
-    output_dir: str = _help(
+    output_dir: str = help_field(
         "where every stage writes (refused when not empty, unless resuming)", default="runs/reproduce"
     )
-    model: str = _help(
+    model: str = help_field(
         "the model to start from: a known name (tiny, tiny-recall, smollm2-135m) or a folder", default="tiny"
     )
-    family: str = _help("the task family of demos, training and eval", default="vault")
-    scale: float = _help("the task's difficulty scale (its length)", default=0.2)
-    level: int = _help("the task's difficulty level", default=1)
-    context_window: int = _help("the agent's window, in the model's own tokens", default=4500)
-    compaction_threshold: int = _help("context size at which the harness asks for a compaction", default=3200)
-    demo_episodes: int = _help("oracle episodes played for the demonstrations (train seeds)", default=60)
-    demo_strategies: list[str] = _help(
+    family: str = help_field("the task family of demos, training and eval", default="vault")
+    scale: float = help_field("the task's difficulty scale (its length)", default=0.2)
+    level: int = help_field("the task's difficulty level", default=1)
+    context_window: int = help_field("the agent's window, in the model's own tokens", default=4500)
+    compaction_threshold: int = help_field("context size at which the harness asks for a compaction", default=3200)
+    demo_episodes: int = help_field("oracle episodes played for the demonstrations (train seeds)", default=60)
+    demo_strategies: list[str] = help_field(
         "the oracle's strategies in the demonstrations, played in turn",
         default_factory=lambda: ["evolve", "evolve_lossy", "none"],
     )
-    demo_weights: list[int] | None = _help(
+    demo_weights: list[int] | None = help_field(
         "episodes of each cycle each strategy plays (default: one each)", default=None
     )
-    keep_failed: list[str] = _help(
+    keep_failed: list[str] = help_field(
         "the imperfect strategies whose failed episodes are kept (without their wrong answer)",
         default_factory=lambda: ["evolve_lossy", "none"],
     )
-    balance_turns: bool = _help("SFT samples read, evolve and submit turns equally often", default=True)
-    sft: dict[str, Any] | str | None = _help(
+    balance_turns: bool = help_field("SFT samples read, evolve and submit turns equally often", default=True)
+    sft: dict[str, Any] | str | None = help_field(
         "TRL SFTConfig fields of the SFT on every turn (YAML mapping; JSON on the command line)", default_factory=dict
     )
-    sft_answers: dict[str, Any] | str | None = _help(
+    sft_answers: dict[str, Any] | str | None = help_field(
         "SFTConfig fields of a first SFT phase on the answer turns alone (`submit` calls); empty: no such phase",
         default_factory=dict,
     )
-    grpo: dict[str, Any] | str | None = _help(
+    grpo: dict[str, Any] | str | None = help_field(
         "CompactionGRPOConfig fields (TRL's GRPOConfig plus env and reward) of the GRPO stage", default_factory=dict
     )
-    eval_episodes: int = _help("held-out test episodes per row (seeds 0..n-1)", default=32)
-    eval_scale: float | None = _help(
+    eval_episodes: int = help_field("held-out test episodes per row (seeds 0..n-1)", default=32)
+    eval_scale: float | None = help_field(
         "the eval's scale (default: `scale`; longer episodes test that the edits hold over more compactions)",
         default=None,
     )
-    eval_max_turns: int = _help("turn limit of an eval episode", default=40)
-    eval_max_new_tokens: int = _help("tokens a model row may generate per turn", default=96)
-    eval_temperature: float = _help("sampling temperature of the model rows", default=1.0)
-    eval_batch_size: int = _help("eval episodes run together (one batched model call)", default=16)
-    baselines: list[str] = _help(
+    eval_max_turns: int = help_field("turn limit of an eval episode", default=40)
+    eval_max_new_tokens: int = help_field("tokens a model row may generate per turn", default=96)
+    eval_temperature: float = help_field("sampling temperature of the model rows", default=1.0)
+    eval_batch_size: int = help_field("eval episodes run together (one batched model call)", default=16)
+    baselines: list[str] = help_field(
         "policy specs evaluated beside the checkpoints at the same window",
         default_factory=lambda: ["oracle@none", "oracle@sliding_window", "oracle@clear_tool_outputs", "oracle@evolve"],
     )
-    unlimited_window: int = _help(
+    unlimited_window: int = help_field(
         'the window of the extra "unlimited context" row (oracle, no compaction)', default=1_000_000
     )
-    wandb: bool = _help("log GRPO and the eval to Weights & Biases (offline without an account)", default=False)
-    warm_start: str | None = _help(
+    wandb: bool = help_field("log GRPO and the eval to Weights & Biases (offline without an account)", default=False)
+    warm_start: str | None = help_field(
         "a finished SFT checkpoint of this recipe (`build_warm_start`): stages 1-2 are skipped, GRPO starts "
         "from it and it is the SFT-only row",
         default=None,
@@ -128,18 +124,8 @@ class ReproduceConfig:
         from rl_compaction.tasks import Difficulty
         from rl_compaction.trainer import CompactionGRPOConfig
 
-        for section in TRL_SECTIONS:  # a JSON object from the command line, as TRL reads its dict fields
-            value = getattr(self, section)
-            if value is None:  # `sft:` with nothing under it in YAML
-                value = {}
-            elif isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{section} must be a JSON object on the command line: {e}") from None
-            if not isinstance(value, dict):
-                raise ValueError(f"{section} must be a mapping of TRL config fields, got {value!r}")
-            setattr(self, section, value)
+        for section in TRL_SECTIONS:
+            setattr(self, section, as_mapping(section, getattr(self, section)))
         for name in ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -198,7 +184,7 @@ class ReproduceConfig:
 class ReproduceRunArguments:
     """What the command line adds to a recipe: whether to continue a run."""
 
-    resume: bool = _help("continue a failed or killed run in output_dir (same config)", default=False)
+    resume: bool = help_field("continue a failed or killed run in output_dir (same config)", default=False)
 
 
 #: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else
@@ -583,7 +569,7 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
 
     start = _stage(4, 5, f"eval on {config.eval_episodes} held-out test tasks")
     common = {
-        "env": config.family,
+        "family": config.family,
         "split": "test",
         "episodes": config.eval_episodes,
         "max_turns": config.eval_max_turns,

@@ -267,6 +267,14 @@ def test_help_works_on_every_subcommand(capsys, command):
         assert "--config FILE.yaml" in out
 
 
+def exit_code(argv: list[str]) -> int:
+    """main's exit code, whether it returns it or argparse exits with it (its own flags' checks)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -277,11 +285,9 @@ def test_help_works_on_every_subcommand(capsys, command):
 )
 def test_a_negative_seed_is_a_usage_error_not_a_gymnasium_traceback(capsys, command):
     """Issue 22, item 11: Gymnasium refuses negative seeds deep inside reset; the command line refuses them first."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(command)
-    assert exit_info.value.code == 2
+    assert exit_code(command) == 2
     err = capsys.readouterr().err
-    assert "invalid seed (an integer >= 0) value" in err and "Traceback" not in err
+    assert "seed" in err and "(an integer >= 0)" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("scale", ["inf", "1e300", "nan", "0"])
@@ -297,9 +303,7 @@ def test_a_negative_seed_is_a_usage_error_not_a_gymnasium_traceback(capsys, comm
 )
 def test_a_non_finite_or_absurd_scale_is_refused_before_any_work(command, scale, tmp_path, capsys):
     """--scale inf crashed the generators with an OverflowError; 1e300 grew memory without end."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([*command, "--scale", scale])
-    assert exit_info.value.code == 2
+    assert exit_code([*command, "--scale", scale]) == 2
     assert "difficulty scale must be" in capsys.readouterr().err
 
 

@@ -14,7 +14,7 @@ from rl_compaction.reports import wilson_interval
 from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
 from rl_compaction.tasks import Difficulty
 
-SMALL = dict(env="probe", scale=0.25, level=1, context_window=9000, compaction_threshold=6000)
+SMALL = dict(family="probe", scale=0.25, level=1, context_window=9000, compaction_threshold=6000)
 
 
 def test_eval_writes_table_jsonl_metrics_plot_and_resumes(tmp_path: Path):
@@ -205,3 +205,66 @@ def test_eval_closes_every_env_it_made(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(CompactionEnv, "close", lambda self: closed.append(id(self)))
     run_eval(EvalConfig(policies=["oracle@none"], episodes=3, batch_size=2, output_dir=str(tmp_path), **SMALL))
     assert len(set(closed)) == 3
+
+
+def test_eval_settings_are_parsed_the_trl_way(tmp_path: Path):
+    """`rl-compaction eval` reads EvalConfig with TRL's TrlParser (issue 22, item 3): the old flags still
+    work (repeated --policy, dashed names, --request-timeout), a YAML file gives the same settings, flags
+    after it override the file, and a key or value that is wrong is refused before any episode runs."""
+    from rl_compaction.cli import UsageError, parse_eval_args
+
+    flags = ["--policy", "oracle", "--policy", "tiny@none", "--env", "vault", "--seed-start", "3"]
+    config, run = parse_eval_args([*flags, "--request-timeout", "5", "--resume"])
+    assert (config.policies, config.family, config.seed_start, config.request_timeout_s) == (
+        ["oracle", "tiny@none"],
+        "vault",
+        3,
+        5.0,
+    )
+    assert run.resume and not run.wandb
+    path = tmp_path / "eval.yaml"
+    path.write_text("policies: [oracle, tiny@none]\nfamily: vault\nseed_start: 3\nextra: {run: a}\n")
+    from_file, _ = parse_eval_args(["--config", str(path), "--episodes", "7"])
+    assert from_file.policies == config.policies and from_file.seed_start == 3 and from_file.episodes == 7
+    assert from_file.extra == {"run": "a"} and parse_eval_args([*flags, "--extra", '{"run": "b"}'])[0].extra == {
+        "run": "b"
+    }
+    path.write_text("policies: [oracle]\nepisode: 3\n")
+    with pytest.raises(UsageError, match="Unknown arguments from config file.*--episode"):
+        parse_eval_args(["--config", str(path)])
+    for bad, message in [
+        (["--episodes", "0"], "episodes must be an integer >= 1"),
+        (["--request-timeout", "inf"], "request_timeout_s must be a positive number"),
+        (["--extra", "[1]"], "extra must be a mapping"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            parse_eval_args([*flags, *bad])
+    with pytest.raises(UsageError, match="cannot read the --config file"):
+        parse_eval_args(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_every_config_field_says_what_it_is_for():
+    """`--help` lists every field of the configs TrlParser reads, each with its own text."""
+    from dataclasses import fields
+
+    from rl_compaction.cli import EvalRunArguments
+    from rl_compaction.reproduce import ReproduceConfig, ReproduceRunArguments
+
+    for config in (EvalConfig, EvalRunArguments, ReproduceConfig, ReproduceRunArguments):
+        missing = [f.name for f in fields(config) if len(f.metadata.get("help", "")) < 10]
+        assert missing == [], config.__name__
+
+
+def test_a_folder_written_before_env_became_family_still_resumes(tmp_path: Path):
+    """EvalConfig's `env` is now `family` (TRL's parser keeps a top-level YAML `env` for environment
+    variables); episodes recorded under the old name still count as run with the same settings."""
+    out = tmp_path / "eval"
+    run_eval(EvalConfig(policies=["oracle@none"], episodes=1, output_dir=str(out), **SMALL))
+    path = out / "episodes.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        record["settings"] = {"env" if k == "family" else k: v for k, v in record["settings"].items()}
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    more = run_eval(EvalConfig(policies=["oracle@none"], episodes=2, output_dir=str(out), **SMALL), resume=True)
+    assert more["metrics"]["policies"]["oracle@none"]["episodes"] == 2
+    assert len(path.read_text().splitlines()) == 2  # the old episode kept, one new one run

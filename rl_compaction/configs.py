@@ -1,0 +1,31 @@
+"""Config dataclasses the TRL way: fields with `--help` text, and JSON for mapping-valued flags.
+
+TRL's configs are dataclasses whose fields carry `metadata={"help": ...}`, read by `TrlParser` both from
+`--config FILE.yaml` and from flags; a mapping-valued field is typed `dict | str | None` so that the flag
+arrives as a string, which the config decodes as JSON. The eval and reproduce configs follow that shape.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import field
+from typing import Any
+
+
+def help_field(text: str, **kwargs: Any) -> Any:
+    """A dataclass field with `--help` text (TrlParser reads it from `metadata`)."""
+    return field(metadata={"help": text, **kwargs.pop("metadata", {})}, **kwargs)
+
+
+def as_mapping(name: str, value: Any) -> dict[str, Any]:
+    """A mapping field's value: a dict as given, None as empty, a string (a command-line flag) as JSON."""
+    if value is None:  # a YAML key with nothing under it
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{name} must be a JSON object on the command line: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a mapping, got {value!r}")
+    return value
