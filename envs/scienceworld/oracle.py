@@ -13,7 +13,8 @@ observation is checked against the State as it is now:
   - use-thermometer: the box follows from the newest thermometer reading in the State against the
     task's threshold; a reading compaction removed is measured again.
   - test-conductivity and test-conductivity-of-unknown-substances: the box follows from whether the
-    circuit's light bulb is on in a view that is the newest tool output; otherwise the oracle looks.
+    circuit's component (a light bulb, a buzzer or an electric motor, whichever the plan wired) is on in a
+    view that is the newest tool output; otherwise the oracle looks.
   - inclined-plane-*: the plane follows from the stopwatch readings in the State, each paired with the
     plane the block was last moved to (the slower block marks the shallower angle or the more friction).
     A lost reading cannot be observed again without redoing the experiment, so the oracle gives up.
@@ -53,7 +54,9 @@ BOX_MOVE = re.compile(r"^move (.+) to (\w+) box$", re.IGNORECASE)
 PLANE_FOCUS = re.compile(r"^focus on (inclined plane.*)$")
 BLOCK_MOVE = re.compile(r"^move (.+?) to (inclined plane.*)$")
 PLANE_RULE = re.compile(r"shallowest angle|steepest angle|most friction|least friction")
-BULB = re.compile(r"(\w+ light bulb)")
+#: the part of a conductivity circuit that shows whether current flows: a light bulb, a buzzer or an electric motor
+#: ("connect red wire terminal 2 to anode in buzzer", or "... to blue light bulb cathode")
+COMPONENT = re.compile(r"\b(?:anode|cathode) in (.+)$|\bto (?!battery )(.+?) (?:anode|cathode)$")
 THERMOMETER_RULE = re.compile(
     r"above (-?\d+(?:\.\d+)?) degrees celsius, place it in the (\w+) box\. "
     r".*below (-?\d+(?:\.\d+)?) degrees celsius, place it in the (\w+) box"
@@ -296,13 +299,13 @@ class ScienceWorldOracle(Oracle):
         rule = self._rule(state, calls, CONDUCTIVITY_RULE)
         if isinstance(rule, Next):
             return rule
-        bulb = next((m.group(1) for a in reversed(self.plan[: self.next]) if (m := BULB.search(a))), None)
-        if bulb is None:
-            raise GiveUp("the plan built no circuit with a light bulb")
+        part = next((m[1] or m[2] for a in reversed(self.plan[: self.next]) if (m := COMPONENT.search(a))), None)
+        if part is None:
+            raise GiveUp("the plan wired no component into the circuit")
         newest = (calls[-1].output or "") if calls else ""
-        lit = re.search(rf"\b{re.escape(bulb)}, which is (on|off)", newest) if VIEW.search(newest) else None
+        lit = re.search(rf"\b{re.escape(part)}, which is (on|off)", newest) if VIEW.search(newest) else None
         if lit is None:
-            return self._again("bulb", f"the {bulb} is not in the newest view", (Next("look", {}),))
+            return self._again("component", f"the {part} is not in the newest view", (Next("look", {}),))
         return _with_box(action, rule.group(1) if lit.group(1) == "on" else rule.group(2))
 
     def _plane(self, state: State, calls: list[Call]) -> str | Next:
