@@ -17,7 +17,7 @@ from gymnasium.error import ResetNeeded
 
 from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
 from envs.scienceworld.oracle import BOX_MOVE, END_MARK, EVOLVE_CODE, PLANE_FOCUS, STATUS_MARK, next_notice, task_label
-from envs.scienceworld.simulator import Episode, SimulatorError
+from envs.scienceworld.simulator import Episode, Simulator, SimulatorError
 from rl_compaction.demos import write_demos
 from rl_compaction.env import CompactionEnv, EnvConfig
 from rl_compaction.oracle import run_oracle_episode
@@ -178,6 +178,22 @@ def test_the_oracle_reads_whichever_component_the_conductivity_circuit_uses(fami
         assert info["success"] and info["score"] == 1.0, (index, info["answer"])
     parts = {x.group(1) for x in wired}
     assert "buzzer" in parts and "electric motor" in parts and any("light bulb" in p for p in parts)
+
+
+def test_a_task_plays_the_same_whatever_the_process_ran_before(monkeypatch):
+    """ScienceWorld keeps state across loads: after a find-animal task in the same process, boil variation
+    22 heated its tin more slowly, the gold path's "examine liquid tin" came too early and the task
+    stopped at 78/100, which broke sessions (issue 22). A task's first load now gets a clean process."""
+    monkeypatch.setattr("envs.scienceworld.simulator._GOLD_PATHS", {})  # each path generated here, as in a new run
+    sim = Simulator()
+    try:
+        scores = []
+        for task, variation in (("find-animal", sim.variations("find-animal", "Test")[0]), ("boil", 22)):
+            episode = Episode(task, variation)
+            scores.append([sim.step(episode, action) for action in sim.gold_path(episode)][-1].score)
+        assert scores == [100, 100]
+    finally:
+        sim.close()
 
 
 def test_the_oracle_looks_again_when_compaction_dropped_the_room(family):

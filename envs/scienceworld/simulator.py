@@ -2,8 +2,9 @@
 
 Why one process per family instance: `CompactionEnv` builds its own family instance, so this is
 one process per env, started on first use and reused across `reset`s (starting a JVM costs about
-a second, loading a task a fraction of that). `close` ends it; a closed simulator starts again if
-it is used again.
+a second, loading a task a fraction of that) except where a task's world must be built fresh: a task
+is first loaded in a process that has loaded no other task, since ScienceWorld carries state from one
+load to the next (see `_load`). `close` ends it; a closed simulator starts again if it is used again.
 
 Several tasks may share the process (the contract checker keeps a few alive at once). The world
 is seeded by its variation, so a task's world is rebuilt by loading it again and replaying every
@@ -115,6 +116,7 @@ class Simulator:
     def __init__(self) -> None:
         self._env: Any = None  # scienceworld.ScienceWorldEnv
         self._loaded: int | None = None  # uid of the episode whose world the process holds
+        self._built: set[tuple[str, int, str]] = set()  # the task keys the process has loaded
 
     @property
     def process(self) -> subprocess.Popen | None:
@@ -139,6 +141,7 @@ class Simulator:
     def close(self) -> None:
         """End the Java process (and wait for it); safe to call twice."""
         env, self._env, self._loaded = self._env, None, None
+        self._built.clear()
         if env is None:
             return
         proc = env._gateway.java_process
@@ -174,6 +177,7 @@ class Simulator:
         """ScienceWorld's own variation indices of `task_name` in its split "Train", "Dev" or "Test"."""
         self.start()
         self._loaded = None  # the split lists are read from a loaded task
+        self._built.add((task_name, 0, ""))
         error = self._call(self._env.server.load, task_name, 0, "", False)
         if error:
             raise SimulatorError(f"ScienceWorld could not load {task_name!r}: {clip(error, 300)}")
@@ -215,9 +219,17 @@ class Simulator:
 
     def _load(self, episode: Episode, gold: bool) -> None:
         """Load the episode's task (optionally generating the gold path), take the first move and
-        replay its calls, checking that each gives the output recorded."""
+        replay its calls, checking that each gives the output recorded.
+
+        A task's first load (its gold path, or its opening) happens in a process that has built no other
+        task's world, restarting it if need be: ScienceWorld keeps state across loads, so boil variation
+        22 heated its tin more slowly after a find-animal task in the same process, and the gold path's
+        "examine liquid tin" came before the tin had melted (score 78 instead of 100, in sessions)."""
+        if self._env is not None and self._built - {episode.key} and (gold or not episode.log):
+            self.close()
         self.start()
         self._loaded = None
+        self._built.add(episode.key)
         error = self._call(self._env.server.load, episode.task_name, episode.variation, episode.simplifications, gold)
         if error:
             raise SimulatorError(f"ScienceWorld could not load {episode.task_name!r}: {clip(error, 300)}")
