@@ -447,6 +447,33 @@ class _Parser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
 
+#: the subcommands whose arguments TRL's TrlParser reads: (name, --help line, description)
+TRL_PARSED = (
+    (
+        "reproduce",
+        "the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines",
+        "--config FILE.yaml (default: the packaged configs/reproduce/vault-tiny-cpu.yaml), then any "
+        "ReproduceConfig field as a flag (--output-dir DIR, --eval_episodes N, --grpo JSON, ...) and --resume.",
+    ),
+    (
+        "eval",
+        "compare policies on held-out tasks: table, episodes JSONL, plot",
+        "--policy SPEC (repeat to compare) --env FAMILY, then any EvalConfig field as a flag "
+        "(--episodes N, --split test, ...), or --config FILE.yaml; --resume, --wandb.",
+    ),
+    (
+        "train",
+        "GRPO training (same as: accelerate launch -m rl_compaction.train ...)",
+        "All arguments go to rl_compaction.train: --config FILE.yaml plus any TRL/GRPOConfig flag.",
+    ),
+    (
+        "sft",
+        "SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
+        "All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.",
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl-compaction", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -489,35 +516,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue a failed or killed run in --output-dir")
     p.set_defaults(func=cmd_quickstart)
 
-    p = sub.add_parser(
-        "reproduce",
-        help="the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines",
-        description="--config FILE.yaml (default: the packaged configs/reproduce/vault-tiny-cpu.yaml), then any "
-        "ReproduceConfig field as a flag (--output-dir DIR, --eval_episodes N, --grpo JSON, ...) and --resume.",
-    )
-    p.add_argument("reproduce_args", nargs=argparse.REMAINDER, metavar="ARGS")
-
-    p = sub.add_parser(
-        "eval",
-        help="compare policies on held-out tasks: table, episodes JSONL, plot",
-        description="--policy SPEC (repeat to compare) --env FAMILY, then any EvalConfig field as a flag "
-        "(--episodes N, --split test, ...), or --config FILE.yaml; --resume, --wandb.",
-    )
-    p.add_argument("eval_args", nargs=argparse.REMAINDER, metavar="ARGS")
-
-    p = sub.add_parser(
-        "train",
-        help="GRPO training (same as: accelerate launch -m rl_compaction.train ...)",
-        description="All arguments go to rl_compaction.train: --config FILE.yaml plus any TRL/GRPOConfig flag.",
-    )
-    p.add_argument("train_args", nargs=argparse.REMAINDER, metavar="ARGS")
-
-    p = sub.add_parser(
-        "sft",
-        help="SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
-        description="All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.",
-    )
-    p.add_argument("sft_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    # listed here for `rl-compaction --help`; `main` hands their arguments to TRL's TrlParser
+    for name, helptext, description in TRL_PARSED:
+        sub.add_parser(name, help=helptext, description=description).add_argument(
+            "args", nargs=argparse.REMAINDER, metavar="ARGS"
+        )
 
     p = sub.add_parser("demos", help="write oracle demonstrations (a datasets dataset of chat turns with tools)")
     p.add_argument("out_dir")
