@@ -92,6 +92,11 @@ class EvalConfig:
         default=600.0,
         metadata={"aliases": ["--request-timeout"]},
     )
+    vllm_engine_kwargs: dict[str, Any] | str | None = help_field(
+        "vllm: policies without base_url: keyword arguments of vllm.LLM (a JSON object on the command line), "
+        'e.g. {"enforce_eager": true, "max_model_len": 8192}; prefix caching is on unless set here',
+        default_factory=dict,
+    )
     output_dir: str = help_field("where episodes.jsonl, metrics.json and the plot go", default="runs/eval")
     extra: dict[str, Any] | str | None = help_field(
         "free-form settings recorded with every episode (a JSON object on the command line)", default_factory=dict
@@ -116,6 +121,7 @@ class EvalConfig:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
             raise ValueError(f"request_timeout_s must be a positive number of seconds, got {timeout!r}")
         self.extra = as_mapping("extra", self.extra)
+        self.vllm_engine_kwargs = as_mapping("vllm_engine_kwargs", self.vllm_engine_kwargs)
 
 
 def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
@@ -141,6 +147,7 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
             base_url=config.base_url,
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
+            engine_kwargs=config.vllm_engine_kwargs,
         )
     if name.startswith("openai:"):
         from rl_compaction.policies.openai_http import OpenAIPolicy
@@ -415,7 +422,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
 
 #: Settings that only choose which episodes run (or how many at once), not how one runs: a resume
 #: may change them. Every other setting must match the episodes already in the file.
-RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s")
+RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s", "vllm_engine_kwargs")
 
 
 def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:

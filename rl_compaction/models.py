@@ -67,6 +67,9 @@ class ModelSpec:
     #: the package ships these weights (`shipped_dir`, rebuilt by scripts/build_tiny_recall.py), so
     #: nothing is built on first use; without a matching copy there, they are built as usual
     shipped: bool = False
+    #: attention heads of a tiny model (hidden 64): 4 gives head_dim 16, which vLLM's CPU attention
+    #: refuses ("Unsupported CPU attention configuration: head_dim=16"); 2 gives head_dim 32
+    attention_heads: int = 4
 
 
 KNOWN_MODELS: dict[str, ModelSpec] = {
@@ -90,6 +93,13 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         template="chatml",
         recall_steps=800,
         shipped=True,
+    ),
+    "tiny-hd32": ModelSpec(
+        description="tiny random Llama like 'tiny' with 2 attention heads (head_dim 32, which vLLM's CPU "
+        "attention accepts); for the vLLM tests",
+        source="tiny",
+        template="chatml",
+        attention_heads=2,
     ),
     "tiny-llama3": ModelSpec(
         description="tiny random Llama like 'tiny' with the Llama-3.1-like template; for tests",
@@ -370,7 +380,10 @@ def resolve_model(name_or_path: str) -> Path:
 
 def _tiny_record(spec: ModelSpec) -> dict[str, Any]:
     """The settings a built tiny model's marker must match to be reused."""
-    return {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
+    record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
+    if spec.attention_heads != 4:  # only where it differs, so folders built before the field stay valid
+        record["attention_heads"] = spec.attention_heads
+    return record
 
 
 def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
@@ -382,7 +395,7 @@ def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=folder.parent))
     try:
-        build_tiny_model(staging, template=spec.template)
+        build_tiny_model(staging, template=spec.template, attention_heads=spec.attention_heads)
         results = _train_recall(staging, spec.recall_steps) if spec.recall_steps else None
         _install(staging, folder, name, _tiny_record(spec), force=force, results=results)
     finally:
@@ -413,6 +426,7 @@ def build_tiny_model(
     template: str = "chatml",
     hidden_size: int = 64,
     layers: int = 2,
+    attention_heads: int = 4,
     seed: int = 0,
     rope_theta: float = TINY_ROPE_THETA,
 ) -> Path:
@@ -428,8 +442,8 @@ def build_tiny_model(
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=attention_heads,
+        num_key_value_heads=min(2, attention_heads),
         max_position_embeddings=32_768,
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         bos_token_id=tokenizer.bos_token_id,

