@@ -13,7 +13,10 @@ Per shape, on CUDA in bf16 (the order is the priority: a time budget skips what 
 (b) GRPO steps through the real trainer (`CompactionGRPOTrainer`, TRL's transformers
     generation), LoRA and full fine-tuning, activation checkpointing on, episodes starting
     from an 8k-token context;
-(c) SFT steps (`rl_compaction.sft.build_trainer`) on oracle demonstrations.
+(c) SFT steps (`rl_compaction.sft.build_trainer`) on oracle demonstrations;
+(d) where vllm is installed (`[vllm]`): the same rollouts through `VLLMPolicy` (in-process engine,
+    prefix caching on), and GRPO steps with `use_vllm` in colocate mode, full fine-tuning, so every
+    step after the first syncs the weights into the engine (timed apart as `sync_weights`).
 Each phase records generated tokens/s, step time, peak GPU memory and the share of the time
 spent outside the model (env, sandbox, accounting, prompt rendering, parsing, rows), and the
 JSON file is rewritten after every phase, so a run stopped early keeps what it measured.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -97,8 +101,9 @@ DRY_PLAN = Plan(
     sft_steps=2,
     difficulty_scale=0.1,
 )
-#: The dry run's shrink of every shape (vocabulary: the tokenizer's).
-TOY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+#: The dry run's shrink of every shape (vocabulary: the tokenizer's); 2 heads give head_dim 32, the
+#: smallest vLLM's CPU attention takes (16 is refused), so the vLLM phases rehearse on CPU too.
+TOY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
 
 
 # --------------------------------------------------------------------------- timing
@@ -253,8 +258,11 @@ def env_config(plan: Plan, context: int, turns: int) -> Any:
 # --------------------------------------------------------------------------- phases
 
 
-def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: torch.dtype) -> dict[str, Any]:
-    """(a) G lockstep episodes through TransformersPolicy from a `context`-token State."""
+def rollout_phase(
+    folder: Path, plan: Plan, context: int, device: str, dtype: torch.dtype, backend: str = "transformers"
+) -> dict[str, Any]:
+    """(a) G lockstep episodes through TransformersPolicy from a `context`-token State; (d) the same
+    through VLLMPolicy with `backend="vllm"`."""
     from rl_compaction.accounting import ChatTemplateCounter
     from rl_compaction.models import load_pretrained
     from rl_compaction.policies.local import TransformersPolicy
@@ -262,12 +270,23 @@ def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: to
 
     cuda = device == "cuda"
     timers = Timers(cuda)
-    model, tokenizer = load_pretrained(str(folder), dtype=dtype)
-    policy = TransformersPolicy(
-        model, tokenizer, max_new_tokens=plan.new_tokens, max_batch_size=plan.group_size, device=device
-    )
-    policy.model.generate = timers.wrap("generate", policy.model.generate)
-    policy._shared_prefix = timers.wrap("generate", policy._shared_prefix)  # the model prefilling a shared start
+    if backend == "vllm":
+        from rl_compaction.policies.vllm import VLLMPolicy
+
+        engine = {"dtype": str(dtype).removeprefix("torch."), "max_model_len": context + 4096, "seed": 0}
+        engine.update({"gpu_memory_utilization": 0.5} if cuda else {"enforce_eager": True})
+        if not cuda:  # vLLM's CPU KV cache, in GiB (its default takes a large share of memory)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        policy = VLLMPolicy(str(folder), max_new_tokens=plan.new_tokens, engine_kwargs=engine)
+        policy.engine.generate = timers.wrap("generate", policy.engine.generate)
+        tokenizer = policy.tokenizer
+    else:
+        model, tokenizer = load_pretrained(str(folder), dtype=dtype)
+        policy = TransformersPolicy(
+            model, tokenizer, max_new_tokens=plan.new_tokens, max_batch_size=plan.group_size, device=device
+        )
+        policy.model.generate = timers.wrap("generate", policy.model.generate)
+        policy._shared_prefix = timers.wrap("generate", policy._shared_prefix)  # the model prefilling a shared start
     counter = ChatTemplateCounter(tokenizer)
     env_cls = prefilled_env_class()
     envs = [
@@ -295,7 +314,9 @@ def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: to
         turn_times.append({"turn_s": timers.now() - start, "generate_s": timers.total["generate"] - before})
     total = sum(t["turn_s"] for t in turn_times)
     model_s = sum(t["generate_s"] for t in turn_times)
-    return {
+    cached = [t.usage.get("cached_tokens", 0) for t in turns if t.usage] if backend == "vllm" else []
+    result = {
+        "backend": backend,
         "context_tokens": context,
         "prompt_tokens": prompt_tokens,
         "group_size": plan.group_size,
@@ -310,6 +331,11 @@ def rollout_phase(folder: Path, plan: Plan, context: int, device: str, dtype: to
         "oracle_prefill_s": timers.total["oracle_prefill"],
         "peak_gpu_memory_gib": peak_memory_gib(cuda),
     }
+    if backend == "vllm":  # the last turn's prompt tokens the engine served from its prefix cache
+        result["last_turn_cached_tokens"] = cached
+        del policy  # one engine at a time
+        gc.collect()
+    return result
 
 
 def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, out_dir: Path) -> dict[str, Any]:
@@ -369,6 +395,17 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
         use_cpu=dry_run,
         activation_checkpointing=True,
         seed=0,
+        **(
+            {
+                "use_vllm": True,
+                "vllm_mode": "colocate",
+                "vllm_gpu_memory_utilization": 0.3,
+                "vllm_max_model_length": cfg.context_window + plan.new_tokens,
+                "vllm_importance_sampling_mode": "token_truncate",
+            }
+            if mode == "vllm_colocate"
+            else {}
+        ),
     )
     model_args = ModelConfig(
         model_name_or_path=str(folder), use_peft=mode == "lora", **(LORA if mode == "lora" else {})
@@ -379,6 +416,9 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
         model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=[step_times]
     )
     trainer._generate_single_turn = timers.wrap("generate", trainer._generate_single_turn)
+    if mode == "vllm_colocate":  # inside generate: the weights pushed into the engine after a step
+        generation = trainer.vllm_generation
+        generation.sync_weights = timers.wrap("sync_weights", generation.sync_weights)
 
     # Log-prob forwards while rows are built (old policy, reference) vs. those of the loss itself.
     def logps_name() -> str:
@@ -414,6 +454,7 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
         "step_s": statistics.median(step_s),
         "step_s_each": [round(s, 4) for s in step_s],
         "generate_s": statistics.median(s.get("generate", 0.0) for s in steps),
+        "sync_weights_s": statistics.median(s.get("sync_weights", 0.0) for s in steps),
         "generated_tokens_last_step": generated,
         "generated_tokens_per_s": generated / steps[-1]["generate"] if steps[-1].get("generate") else None,
         "outside_model_s": statistics.median(outside),
@@ -576,6 +617,14 @@ def run(shapes: list[str], out: Path, dry_run: bool, budget_s: float) -> dict[st
             for mode in ("lora", "full"):
                 phase(shape, f"grpo_{mode}", partial(grpo_phase, folder, plan, mode, device, dry_run, work / mode))
             phase(shape, "sft", partial(sft_phase, folder, plan, device, dry_run, work / f"sft_{shape}"))
+            if importlib.util.find_spec("vllm") is None:
+                report["skipped"].append(f"{shape}/vllm_*: vllm is not installed (the [vllm] extra)")
+                continue
+            for context in plan.contexts:
+                rollout = partial(rollout_phase, folder, plan, context, device, dtype, "vllm")
+                phase(shape, f"vllm_rollout_{context}", rollout)
+            mode = "vllm_colocate"
+            phase(shape, f"grpo_{mode}", partial(grpo_phase, folder, plan, mode, device, dry_run, work / mode))
     report["wall_s"] = time.perf_counter() - started
     write_json(out, report)
     return report

@@ -3,6 +3,7 @@ model shapes in configs/models are the published models' shapes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -65,24 +66,28 @@ def test_dry_run_writes_every_promised_figure(tmp_path):
     plan = gpu_check.DRY_PLAN
     rollouts = {f"rollout_{c}" for c in plan.contexts}
     first, *others = gpu_check.SHAPES
-    assert report["skipped"] == [f"{s}/grpo, sft: the dry run trains the first shape only" for s in others]
+    # the vLLM phases run on the first shape where vllm is installed (CI's vLLM venv), else say why not
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    vllm_phases = {*(f"vllm_rollout_{c}" for c in plan.contexts), "grpo_vllm_colocate"} if has_vllm else set()
+    vllm_skip = [] if has_vllm else [f"{first}/vllm_*: vllm is not installed (the [vllm] extra)"]
+    assert report["skipped"] == vllm_skip + [f"{s}/grpo, sft: the dry run trains the first shape only" for s in others]
     for shape, result in report["shapes"].items():
         phases = result["phases"]
-        trained = {"grpo_lora", "grpo_full", "sft"} if shape == first else set()
+        trained = {"grpo_lora", "grpo_full", "sft", *vllm_phases} if shape == first else set()
         assert set(phases) == {"model", *rollouts, *trained}, shape
         model = phases.pop("model")
         assert model["params"] > 0 and model["vocab_size"] == model["tokenizer_vocab"]  # the toy shrink
         for name, phase in phases.items():
             assert phase["step_s" if "turn_s" not in phase else "generate_s"] > 0, name
             assert "peak_gpu_memory_gib" in phase and phase["peak_gpu_memory_gib"] is None  # CPU: no GPU figure
-        for name in rollouts:
+        for name in rollouts | ({n for n in vllm_phases if "rollout" in n} if shape == first else set()):
             rollout = phases[name]
             assert rollout["generated_tokens"] == plan.group_size * plan.rollout_turns * plan.new_tokens
             assert rollout["generated_tokens_per_s"] > 0
             assert 0 <= rollout["outside_model_share"] < 1
             assert rollout["prompt_tokens"] >= plan.contexts[0]
     phases = report["shapes"][first]["phases"]
-    for mode in ("lora", "full"):
+    for mode in ("lora", "full", *(["vllm_colocate"] if has_vllm else [])):
         grpo = phases[f"grpo_{mode}"]
         assert grpo["steps"] == plan.grpo_steps and grpo["generated_tokens_per_s"] > 0
         assert 0 <= grpo["outside_model_share"] < 1
