@@ -29,3 +29,11 @@ def as_mapping(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{name} must be a mapping, got {value!r}")
     return value
+
+
+def check_counts(config: Any, names: tuple[str, ...]) -> None:
+    """Refuse a count field that is not an integer >= 1 (a bool is not a count), with its name."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

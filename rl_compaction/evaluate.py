@@ -21,7 +21,7 @@ from statistics import mean
 from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
-from rl_compaction.configs import as_mapping, help_field
+from rl_compaction.configs import as_mapping, check_counts, help_field
 from rl_compaction.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.outputs import check_output_dir
@@ -106,10 +106,7 @@ class EvalConfig:
         """Refuse a bad setting before any episode runs, each with its own one-line reason."""
         if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
             raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
-        for name in ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))
         if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
             raise ValueError(f"seed_start must be a task seed (an integer >= 0), got {self.seed_start!r}")
         Difficulty(scale=self.scale, level=self.level)

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from rl_compaction.configs import as_mapping, help_field
+from rl_compaction.configs import as_mapping, check_counts, help_field
 from rl_compaction.demos import check_demo_settings, write_demos
 from rl_compaction.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.models import MARKER
@@ -126,10 +126,9 @@ class ReproduceConfig:
 
         for section in TRL_SECTIONS:
             setattr(self, section, as_mapping(section, getattr(self, section)))
-        for name in ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_counts(
+            self, ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size")
+        )
         for scale in (self.scale, self.eval_scale if self.eval_scale is not None else self.scale):
             if not isinstance(scale, (int, float)) or not math.isfinite(scale):
                 raise ValueError(f"scale must be a finite number, got {scale!r}")
