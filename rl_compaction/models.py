@@ -47,6 +47,9 @@ MARKER = "rl_compaction_model.json"
 #: 97% at 1k and 0% at 4k with base 10,000, 97% at both with 1e6 (scripts/bench_recall.py).
 TINY_ROPE_THETA = 1_000_000.0
 
+#: Attention heads of the tiny models (hidden 64, so head_dim 16); `ModelSpec.attention_heads` overrides it.
+TINY_ATTENTION_HEADS = 4
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -69,7 +72,7 @@ class ModelSpec:
     shipped: bool = False
     #: attention heads of a tiny model (hidden 64): 4 gives head_dim 16, which vLLM's CPU attention
     #: refuses ("Unsupported CPU attention configuration: head_dim=16"); 2 gives head_dim 32
-    attention_heads: int = 4
+    attention_heads: int = TINY_ATTENTION_HEADS
 
 
 KNOWN_MODELS: dict[str, ModelSpec] = {
@@ -381,7 +384,9 @@ def resolve_model(name_or_path: str) -> Path:
 def _tiny_record(spec: ModelSpec) -> dict[str, Any]:
     """The settings a built tiny model's marker must match to be reused."""
     record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
-    if spec.attention_heads != 4:  # only where it differs, so folders built before the field stay valid
+    if (
+        spec.attention_heads != TINY_ATTENTION_HEADS
+    ):  # only where it differs, so folders built before the field stay valid
         record["attention_heads"] = spec.attention_heads
     return record
 
@@ -426,7 +431,7 @@ def build_tiny_model(
     template: str = "chatml",
     hidden_size: int = 64,
     layers: int = 2,
-    attention_heads: int = 4,
+    attention_heads: int = TINY_ATTENTION_HEADS,
     seed: int = 0,
     rope_theta: float = TINY_ROPE_THETA,
 ) -> Path:

@@ -314,7 +314,6 @@ def rollout_phase(
         turn_times.append({"turn_s": timers.now() - start, "generate_s": timers.total["generate"] - before})
     total = sum(t["turn_s"] for t in turn_times)
     model_s = sum(t["generate_s"] for t in turn_times)
-    cached = [t.usage.get("cached_tokens", 0) for t in turns if t.usage] if backend == "vllm" else []
     result = {
         "backend": backend,
         "context_tokens": context,
@@ -332,7 +331,7 @@ def rollout_phase(
         "peak_gpu_memory_gib": peak_memory_gib(cuda),
     }
     if backend == "vllm":  # the last turn's prompt tokens the engine served from its prefix cache
-        result["last_turn_cached_tokens"] = cached
+        result["last_turn_cached_tokens"] = [t.usage["cached_tokens"] for t in turns]
         del policy  # one engine at a time
         gc.collect()
     return result
@@ -369,6 +368,13 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
                 for x in inputs
             ]
 
+    vllm = {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "vllm_max_model_length": cfg.context_window + plan.new_tokens,
+        "vllm_importance_sampling_mode": "token_truncate",
+    }
     args = CompactionGRPOConfig(
         output_dir=str(out_dir),
         families=[FAMILY],
@@ -395,17 +401,7 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
         use_cpu=dry_run,
         activation_checkpointing=True,
         seed=0,
-        **(
-            {
-                "use_vllm": True,
-                "vllm_mode": "colocate",
-                "vllm_gpu_memory_utilization": 0.3,
-                "vllm_max_model_length": cfg.context_window + plan.new_tokens,
-                "vllm_importance_sampling_mode": "token_truncate",
-            }
-            if mode == "vllm_colocate"
-            else {}
-        ),
+        **(vllm if mode == "vllm_colocate" else {}),
     )
     model_args = ModelConfig(
         model_name_or_path=str(folder), use_peft=mode == "lora", **(LORA if mode == "lora" else {})

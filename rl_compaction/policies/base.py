@@ -67,6 +67,16 @@ class ScriptedPolicy(ABC):
         """The next turn for `env`, whose current observation is `observation`."""
 
 
+def stop_token_ids(generation_eos: int | list[int] | None, tokenizer: Any) -> set[int]:
+    """The ids a turn ends at: the model's generation eos id(s) and the tokenizer's eos id."""
+    ids = set(
+        generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else []
+    )
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
 def turns_from_ids(
     tokenizer: Any,
     prompts: list[list[int]],

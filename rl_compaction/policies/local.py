@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix
-from rl_compaction.policies.base import Policy, Turn, turns_from_ids
+from rl_compaction.policies.base import Policy, Turn, stop_token_ids, turns_from_ids
 
 #: A shared start shorter than this is prefilled with each row (a separate pass is not worth it).
 MIN_SHARED_PREFIX = 64
@@ -67,19 +67,11 @@ class TransformersPolicy(Policy):
         self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
         self.do_sample, self.max_batch_size = do_sample, max_batch_size
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.stop_ids = self._stop_ids()
+        self.stop_ids = stop_token_ids(self.model.generation_config.eos_token_id, tokenizer)
         # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
         self._counter = ChatTemplateCounter(tokenizer)
         forward_params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
-
-    def _stop_ids(self) -> set[int]:
-        ids = set()
-        eos = self.model.generation_config.eos_token_id
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
         """`chat_format.prompt_ids` of the observation, tokenised incrementally: a turn's prompt

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from rl_compaction import chat_format
-from rl_compaction.policies.base import Policy, Turn, turns_from_ids
+from rl_compaction.policies.base import Policy, Turn, stop_token_ids, turns_from_ids
 
 
 class VLLMPolicy(Policy):
@@ -52,7 +52,8 @@ class VLLMPolicy(Policy):
                 ) from e
             kwargs = {"enable_prefix_caching": True, **(engine_kwargs or {})}
             self.client, self.engine = None, LLM(model=path, **kwargs)
-        self.stop_ids = _stop_ids(path, self.tokenizer)
+        # the ids TransformersPolicy stops at (vLLM would otherwise choose among them itself)
+        self.stop_ids = stop_token_ids(_generation_eos(path), self.tokenizer)
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         started = time.perf_counter()
@@ -65,6 +66,7 @@ class VLLMPolicy(Policy):
             )
             completions = out["completion_ids"]
             logprobs = [[lp[0] for lp in seq] for seq in out["logprobs"]]
+            cached = None  # the server does not report it per request
         else:
             from vllm import SamplingParams, TokensPrompt
 
@@ -81,29 +83,25 @@ class VLLMPolicy(Policy):
                 [step[tok].logprob for step, tok in zip(r.outputs[0].logprobs, r.outputs[0].token_ids, strict=True)]
                 for r in results
             ]
+            cached = [r.num_cached_tokens or 0 for r in results]
         turns = turns_from_ids(
             self.tokenizer, prompts, completions, logprobs, time.perf_counter() - started, stop_ids=self.stop_ids
         )
-        if self.engine is not None:
-            for turn, result in zip(turns, results, strict=True):
+        if cached is not None:
+            for turn, cached_tokens in zip(turns, cached, strict=True):
                 turn.usage = {
                     "input_tokens": len(turn.prompt_ids),
-                    "cached_tokens": result.num_cached_tokens or 0,
+                    "cached_tokens": cached_tokens,
                     "output_tokens": len(turn.completion_ids),
                 }
         return turns
 
 
-def _stop_ids(path: str, tokenizer: Any) -> set[int]:
-    """The ids a turn ends at, as `TransformersPolicy` has them: the model's generation eos ids and
-    the tokenizer's eos id (vLLM would otherwise stop at its own choice of these)."""
+def _generation_eos(path: str) -> int | list[int] | None:
+    """The eos id(s) of the model's generation config, None where it has none."""
     from transformers import GenerationConfig
 
     try:
-        eos = GenerationConfig.from_pretrained(path, local_files_only=True).eos_token_id
+        return GenerationConfig.from_pretrained(path, local_files_only=True).eos_token_id
     except OSError:  # no generation_config.json
-        eos = None
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
+        return None
