@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_compaction.configs import help_field
-from rl_compaction.state import State, StateError, dumps_state, load_state
+from rl_compaction.core.configs import help_field
+from rl_compaction.core.state import State, StateError, dumps_state, load_state
 
 #: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
@@ -58,9 +58,10 @@ def _read_state(path: str, pending_call_id: str | None = None) -> State:
 
 def _counter(name: str):
     from rl_compaction.accounting import get_counter
+    from rl_compaction.models.registry import counter_name
 
     try:
-        return get_counter(name)
+        return get_counter(counter_name(name))
     except (ValueError, OSError) as e:
         raise UsageError(str(e)) from None
 
@@ -74,9 +75,9 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def cmd_evolve(args: argparse.Namespace) -> int:
     from rl_compaction.accounting import edit_metrics
-    from rl_compaction.evolve import EVOLVE_TOOL, apply_evolve, is_evolve_call, system_message
-    from rl_compaction.sandbox import run_evolve
-    from rl_compaction.state import validate_state
+    from rl_compaction.core.sandbox import run_evolve
+    from rl_compaction.core.state import validate_state
+    from rl_compaction.protocol.evolve import EVOLVE_TOOL, apply_evolve, is_evolve_call, system_message
 
     _check_out(args.out)
     state = _read_state(args.state, args.pending_call_id)
@@ -126,7 +127,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from rl_compaction.accounting import edit_metrics
-    from rl_compaction.evolve import EVOLVE_TOOL, system_message
+    from rl_compaction.protocol.evolve import EVOLVE_TOOL, system_message
 
     if not math.isfinite(args.output_weight) or args.output_weight < 0:
         raise UsageError(f"--output-weight must be a finite number >= 0, got {args.output_weight}")
@@ -148,7 +149,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
-    from rl_compaction.example_runner import example_dirs, format_table, run_example
+    from rl_compaction.protocol.example_runner import example_dirs, format_table, run_example
 
     counter = _counter(args.tokenizer)
     results = [run_example(path, counter) for path in example_dirs()]
@@ -159,7 +160,7 @@ def cmd_examples(args: argparse.Namespace) -> int:
 
 
 def _difficulty(args: argparse.Namespace):
-    from rl_compaction.tasks import Difficulty
+    from rl_compaction.harness.tasks import Difficulty
 
     try:
         return Difficulty(scale=args.scale, level=args.level)
@@ -168,7 +169,7 @@ def _difficulty(args: argparse.Namespace):
 
 
 def _family(name: str):
-    from rl_compaction.tasks import get_family
+    from rl_compaction.harness.tasks import get_family
 
     try:
         return get_family(name)
@@ -177,7 +178,7 @@ def _family(name: str):
 
 
 def cmd_envs_list(args: argparse.Namespace) -> int:
-    from rl_compaction.tasks import task_families
+    from rl_compaction.harness.tasks import task_families
 
     for name, family in task_families().items():
         print(f"{name:10s} {family.description}")
@@ -185,15 +186,16 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_show(args: argparse.Namespace) -> int:
-    from rl_compaction.env import EnvConfig
-    from rl_compaction.oracle import make_env, run_oracle_episode
-    from rl_compaction.state import text_of
+    from rl_compaction.core.state import text_of
+    from rl_compaction.harness.env import EnvConfig
+    from rl_compaction.harness.oracle import make_env, run_oracle_episode
+    from rl_compaction.models.registry import counter_name
 
     _family(args.family)
     env = make_env(
         args.family,
         split=args.split,
-        config=EnvConfig(context_window=10**9, tokenizer=args.tokenizer),
+        config=EnvConfig(context_window=10**9, tokenizer=counter_name(args.tokenizer)),
         difficulty=_difficulty(args),
     )
     obs, info = env.reset(seed=args.seed)
@@ -215,7 +217,7 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_check(args: argparse.Namespace) -> int:
-    from rl_compaction.checker import FamilyCheckError, check_family
+    from rl_compaction.harness.checker import FamilyCheckError, check_family
 
     family = _family(args.family)
     if args.seeds < 2:
@@ -235,9 +237,16 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
-    from rl_compaction.env import EnvConfig
-    from rl_compaction.oracle import ORACLE_STRATEGIES, MissingEdit, evolve_options, make_env, run_oracle_episode
-    from rl_compaction.reports import oracle_table, progress
+    from rl_compaction.core.reports import oracle_table, progress
+    from rl_compaction.harness.env import EnvConfig
+    from rl_compaction.harness.oracle import (
+        ORACLE_STRATEGIES,
+        MissingEdit,
+        evolve_options,
+        make_env,
+        run_oracle_episode,
+    )
+    from rl_compaction.models.registry import counter_name
 
     _family(args.family)
     strategies = list(ORACLE_STRATEGIES) if args.strategy == "all" else args.strategy.split(",")
@@ -253,7 +262,7 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
                 context_window=args.context_window,
                 compaction_threshold=args.compaction_threshold,
                 max_turns=args.max_turns,
-                tokenizer=args.tokenizer,
+                tokenizer=counter_name(args.tokenizer),
                 cache_preset=args.cache_preset,
             )
             env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
@@ -286,7 +295,7 @@ def parse_eval_args(argv: list[str]) -> tuple[Any, EvalRunArguments]:
     field is a flag (with its dashed alias: --seed-start), and --config FILE.yaml gives them from a file."""
     from trl import TrlParser
 
-    from rl_compaction.evaluate import EvalConfig
+    from rl_compaction.evaluation.evaluate import EvalConfig
 
     parser = TrlParser(
         (EvalConfig, EvalRunArguments),
@@ -304,7 +313,7 @@ def parse_eval_args(argv: list[str]) -> tuple[Any, EvalRunArguments]:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    from rl_compaction.evaluate import run_eval
+    from rl_compaction.evaluation.evaluate import run_eval
     from rl_compaction.policies.openai_http import HTTPPolicyError
 
     config, args = parse_eval_args(argv)
@@ -335,7 +344,7 @@ def _print_report(report: dict) -> None:
 
 def cmd_reproduce(argv: list[str]) -> int:
     """Parsed by TRL's TrlParser (every ReproduceConfig field is a flag), not by this module's argparse."""
-    from rl_compaction.reproduce import parse_reproduce_args, run_reproduce
+    from rl_compaction.recipes.reproduce import parse_reproduce_args, run_reproduce
 
     try:
         config, resume = parse_reproduce_args(argv)
@@ -347,7 +356,7 @@ def cmd_reproduce(argv: list[str]) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from rl_compaction.quickstart import run_quickstart
+    from rl_compaction.recipes.quickstart import run_quickstart
 
     try:
         if args.resume and not args.output_dir:
@@ -362,7 +371,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 def _scale(text: str) -> float:
     """A difficulty scale, checked as `Difficulty` checks it (argparse: one usage line, exit 2)."""
-    from rl_compaction.tasks import Difficulty
+    from rl_compaction.harness.tasks import Difficulty
 
     try:
         return Difficulty(scale=float(text), level=1).scale
@@ -389,7 +398,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_demos(args: argparse.Namespace) -> int:
-    from rl_compaction.demos import write_demos
+    from rl_compaction.training.demos import write_demos
 
     try:
         write_demos(
@@ -414,7 +423,7 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
 
 def cmd_models_fetch(args: argparse.Namespace) -> int:
-    from rl_compaction.models import fetch_model
+    from rl_compaction.models.registry import fetch_model
 
     try:
         path = fetch_model(args.name, Path(args.dest) if args.dest else None, force=args.force)
@@ -463,13 +472,13 @@ TRL_PARSED = (
     ),
     (
         "train",
-        "GRPO training (same as: accelerate launch -m rl_compaction.train ...)",
-        "All arguments go to rl_compaction.train: --config FILE.yaml plus any TRL/GRPOConfig flag.",
+        "GRPO training (same as: accelerate launch -m rl_compaction.training.train ...)",
+        "All arguments go to rl_compaction.training.train: --config FILE.yaml plus any TRL/GRPOConfig flag.",
     ),
     (
         "sft",
-        "SFT warm start on oracle demonstrations (python -m rl_compaction.sft ...)",
-        "All arguments go to rl_compaction.sft: --config FILE.yaml plus any SFTConfig flag.",
+        "SFT warm start on oracle demonstrations (python -m rl_compaction.training.sft ...)",
+        "All arguments go to rl_compaction.training.sft: --config FILE.yaml plus any SFTConfig flag.",
     ),
 )
 
@@ -550,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
     p = esub.add_parser("list", help="list the registered task families")
     p.set_defaults(func=cmd_envs_list)
-    p = esub.add_parser("check", help="check a family against the task contract (rl_compaction.checker)")
+    p = esub.add_parser("check", help="check a family against the task contract (rl_compaction.harness.checker)")
     p.add_argument("family")
     p.add_argument("--seeds", type=int, default=2, help="seeds per split (the oracle plays each test seed)")
     p.add_argument("--scale", type=_scale, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
@@ -592,9 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["train"], ["sft"]):  # TRL's parser owns every training flag
         if argv[0] == "train":
-            from rl_compaction.train import main as run
+            from rl_compaction.training.train import main as run
         else:
-            from rl_compaction.sft import main as run
+            from rl_compaction.training.sft import main as run
         import yaml
 
         try:

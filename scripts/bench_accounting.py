@@ -2,7 +2,7 @@
 
 Builds a long agent episode (tool calls with large, varied outputs), then times accounting
 of one more appended turn (a call and its output) with both counters: the tiktoken o200k
-estimate and a tiny Hugging Face tokenizer with a ChatML template (rl_compaction.tiny). Each
+estimate and a tiny Hugging Face tokenizer with a ChatML template (rl_compaction.models.tiny). Each
 row shows the median time of the incremental path (piece cache warm from the previous
 turn), of the full path (no cache) and their ratio, plus the Ledger's per-turn time and
 the prefix check. For the chat template it also shows the Jinja rendering alone, which both
@@ -30,9 +30,9 @@ from rl_compaction.accounting import (
     get_cache_model,
     reusable_prefix,
 )
-from rl_compaction.state import State
-from rl_compaction.tasks import SUBMIT_TOOL, function_tool
-from rl_compaction.tiny import build_tiny_tokenizer
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import SUBMIT_TOOL, function_tool
+from rl_compaction.models.tiny import build_tiny_tokenizer
 
 INSTRUCTIONS = "You are a research agent. Use the tools, keep exact identifiers, then submit the answer."
 TOOLS = [

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from bench_sandbox import bare_quickjs, make_state
 
 from rl_compaction.accounting import TiktokenCounter, edit_metrics
-from rl_compaction.evolve import apply_evolve
-from rl_compaction.sandbox import run_evolve
-from rl_compaction.state import validate_state
+from rl_compaction.core.sandbox import run_evolve
+from rl_compaction.core.state import validate_state
+from rl_compaction.protocol.evolve import apply_evolve
 
 EDIT = "state[0].content = 'Task (edited).'; return state;"
 

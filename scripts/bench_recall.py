@@ -6,7 +6,7 @@ same seed) on synthetic recall and reports held-out accuracy per context length:
 
     <filler> note: box 417 is called "<value>". <filler> {"answer": "   ->  <value>
 
-The corpus and loop are `rl_compaction.recall`'s (what the `tiny-recall` model is built with);
+The corpus and loop are `rl_compaction.models.recall`'s (what the `tiny-recall` model is built with);
 accuracy is measured at 1k and 4k tokens, beyond the 2k of training. Minutes per setting on 2 CPU cores:
 
     python scripts/bench_recall.py --rope-theta 10000 1000000 --steps 800
@@ -24,8 +24,8 @@ import tempfile
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction import models
-from rl_compaction.recall import RecallCorpus, recall_accuracy, train_recall
+from rl_compaction.models import registry as models
+from rl_compaction.models.recall import RecallCorpus, recall_accuracy, train_recall
 
 
 def run(rope_theta: float, steps: int, lr: float, eval_rows: int) -> dict[str, str]:

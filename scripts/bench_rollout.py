@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.models import load_pretrained
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.rollout import rollout
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.models.registry import load_pretrained
 from rl_compaction.policies.local import TransformersPolicy
-from rl_compaction.rollout import rollout
-from rl_compaction.tasks import Difficulty
 
 FAMILY = "probe"
 

@@ -18,8 +18,8 @@ import time
 
 import quickjs
 
-from rl_compaction.evolve import apply_evolve
-from rl_compaction.sandbox import SandboxLimits, _evaluate, run_evolve
+from rl_compaction.core.sandbox import SandboxLimits, _evaluate, run_evolve
+from rl_compaction.protocol.evolve import apply_evolve
 
 EDIT = "state[0].content = 'Task (edited).'; return state;"
 

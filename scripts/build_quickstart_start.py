@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rl_compaction.quickstart import QUICKSTART_CONFIG, SHIPPED_START
-from rl_compaction.reproduce import ReproduceConfig, build_warm_start
+from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, SHIPPED_START
+from rl_compaction.recipes.reproduce import ReproduceConfig, build_warm_start
 
 
 def main() -> None:

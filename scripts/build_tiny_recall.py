@@ -4,7 +4,7 @@
 
 The same build as `resolve_model("tiny-recall")` does into the cache where no matching shipped copy
 exists: the `tiny` random model (seed 0), then 800 steps of recall pretraining on synthetic text
-(`rl_compaction.recall`; nothing from any task), with the held-out recall accuracy at 1k and 4k tokens
+(`rl_compaction.models.recall`; nothing from any task), with the held-out recall accuracy at 1k and 4k tokens
 written into the marker. About 8 minutes on 2 CPU cores. Run it after changing the tiny model's shape,
 tokenizer or recall pretraining, then commit the folder (tests/test_recall.py checks it is current).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rl_compaction.models import build_named_tiny, shipped_dir
+from rl_compaction.models.registry import build_named_tiny, shipped_dir
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 No weights and no hub: the model shapes are configs written in the repo
 (configs/models/qwen2.5-0.5b.json, qwen2.5-1.5b.json) and the tokenizer is the tiny byte-level
-BPE with a Qwen2.5-style ChatML template that `rl_compaction.tiny` builds offline in a second.
+BPE with a Qwen2.5-style ChatML template that `rl_compaction.models.tiny` builds offline in a second.
 The embedding keeps the real vocabulary (151936 rows), so the LM head costs what it costs;
 ids the tokenizer does not know decode to nothing, which is what a random model's text is worth.
 
@@ -13,7 +13,7 @@ Per shape, on CUDA in bf16 (the order is the priority: a time budget skips what 
 (b) GRPO steps through the real trainer (`CompactionGRPOTrainer`, TRL's transformers
     generation), LoRA and full fine-tuning, activation checkpointing on, episodes starting
     from an 8k-token context;
-(c) SFT steps (`rl_compaction.sft.build_trainer`) on oracle demonstrations;
+(c) SFT steps (`rl_compaction.training.sft.build_trainer`) on oracle demonstrations;
 (d) where vllm is installed (`[vllm]`): the same rollouts through `VLLMPolicy` (in-process engine,
     prefix caching on), and GRPO steps with `use_vllm` in colocate mode, full fine-tuning, so every
     step after the first syncs the weights into the engine (timed apart as `sync_weights`).
@@ -194,7 +194,7 @@ def shape_config(name: str, tokenizer: Any, dry_run: bool) -> Any:
 def save_random_model(name: str, folder: Path, dry_run: bool, device: str, dtype: torch.dtype) -> dict[str, Any]:
     """A random model of shape `name` with the tiny tokenizer, saved as a model folder that the
     project's loaders (`load_pretrained`, the trainers) read like any local model."""
-    from rl_compaction.tiny import build_tiny_tokenizer
+    from rl_compaction.models.tiny import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(folder, "chatml")
     config = shape_config(name, tokenizer, dry_run)
@@ -218,8 +218,8 @@ def save_random_model(name: str, folder: Path, dry_run: bool, device: str, dtype
 def prefilled_env_class() -> type:
     """`CompactionEnv` whose reset() lets the task's oracle play until the context holds
     `prefill_tokens`; model turns then count from 0 (max_turns applies to them)."""
-    from rl_compaction.env import CompactionEnv
-    from rl_compaction.oracle import OraclePolicy
+    from rl_compaction.harness.env import CompactionEnv
+    from rl_compaction.harness.oracle import OraclePolicy
 
     class PrefilledEnv(CompactionEnv):
         def __init__(self, *args: Any, prefill_tokens: int, timers: Timers, **kwargs: Any):
@@ -249,7 +249,7 @@ def prefilled_env_class() -> type:
 
 
 def env_config(plan: Plan, context: int, turns: int) -> Any:
-    from rl_compaction.env import EnvConfig
+    from rl_compaction.harness.env import EnvConfig
 
     window = context * 2 + 4096  # the oracle's last page may overshoot the target; no episode hits the window
     return EnvConfig(context_window=window, compaction_threshold=window, max_turns=turns)
@@ -264,9 +264,9 @@ def rollout_phase(
     """(a) G lockstep episodes through TransformersPolicy from a `context`-token State; (d) the same
     through VLLMPolicy with `backend="vllm"`."""
     from rl_compaction.accounting import ChatTemplateCounter
-    from rl_compaction.models import load_pretrained
+    from rl_compaction.harness.tasks import Difficulty
+    from rl_compaction.models.registry import load_pretrained
     from rl_compaction.policies.local import TransformersPolicy
-    from rl_compaction.tasks import Difficulty
 
     cuda = device == "cuda"
     timers = Timers(cuda)
@@ -341,9 +341,9 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
     """(b) optimizer steps of CompactionGRPOTrainer: one group of G episodes per step."""
     from trl import ModelConfig, get_peft_config
 
-    from rl_compaction.models import load_pretrained
-    from rl_compaction.tasks import Difficulty
-    from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+    from rl_compaction.harness.tasks import Difficulty
+    from rl_compaction.models.registry import load_pretrained
+    from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 
     cuda = device == "cuda"
     timers = Timers(cuda)
@@ -467,8 +467,8 @@ def sft_phase(folder: Path, plan: Plan, device: str, dry_run: bool, work: Path) 
     """(c) SFT steps on oracle demonstrations (full fine-tuning, activation checkpointing on)."""
     from trl import ModelConfig, SFTConfig
 
-    from rl_compaction.demos import write_demos
-    from rl_compaction.sft import SFTScriptArguments, build_trainer
+    from rl_compaction.training.demos import write_demos
+    from rl_compaction.training.sft import SFTScriptArguments, build_trainer
 
     cuda = device == "cuda"
     timers = Timers(cuda)

@@ -12,7 +12,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if ! "$PY" -c 'import sys; from rl_compaction.tasks import family_names; sys.exit(not family_names())' 2>/dev/null; then
+if ! "$PY" -c 'import sys; from rl_compaction.harness.tasks import family_names; sys.exit(not family_names())' 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e .
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rl_compaction.state import State, validate_state
-from rl_compaction.tasks import Task, ToolError, tool_arguments
+from rl_compaction.core.state import State, validate_state
+from rl_compaction.harness.tasks import Task, ToolError, tool_arguments
 
 
 @dataclass

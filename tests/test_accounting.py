@@ -26,10 +26,10 @@ from rl_compaction.accounting import (
     local_cache_model,
     reusable_prefix,
 )
-from rl_compaction.render import ESTIMATE_GENERATION_PROMPT, chat_messages, chat_tools, estimate_pieces
-from rl_compaction.state import validate_state
-from rl_compaction.tasks import SUBMIT_TOOL, function_tool
-from rl_compaction.tiny import CHATML_TEMPLATE, build_tiny_tokenizer
+from rl_compaction.core.render import ESTIMATE_GENERATION_PROMPT, chat_messages, chat_tools, estimate_pieces
+from rl_compaction.core.state import validate_state
+from rl_compaction.harness.tasks import SUBMIT_TOOL, function_tool
+from rl_compaction.models.tiny import CHATML_TEMPLATE, build_tiny_tokenizer
 
 INSTRUCTIONS = "You are a careful agent. Keep exact identifiers."
 TOOLS = [function_tool("search", "Search the archive.", {"query": {"type": "string"}}, ["query"]), SUBMIT_TOOL]
@@ -197,7 +197,7 @@ def test_cached_counts_equal_full_for_values_that_compare_equal_but_render_diffe
         extra = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": str(value)}]}
         state = base + [item, {"type": "function_call_output", "call_id": "x", "output": "ok"}, extra]
         assert counter.input_ids(INSTRUCTIONS, TOOLS, state) == counter.input_ids_full(INSTRUCTIONS, TOOLS, state)
-    from rl_compaction.accounting import _frozen
+    from rl_compaction.accounting.counters import _frozen
 
     keys = [_frozen(v) for v in (1, 1.0, True, 0.0, -0.0, "1", None, [1], {"1": 1}, ["l", 1])]
     assert len(set(keys)) == len(keys)

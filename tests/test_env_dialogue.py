@@ -10,18 +10,18 @@ import random
 
 import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
+from rl_compaction_envs.dialogue import POOLS, DialogueFamily, DialogueOracle, DialogueTask
+from rl_compaction_envs.dialogue.formats import parse_calendar, parse_room, render_calendar, render_room
+from rl_compaction_envs.dialogue.grammar import fmt_time, parse_events
+from rl_compaction_envs.dialogue.oracle import View, read_state, solve
+from rl_compaction_envs.dialogue.pools import DAYS
 
-from envs.dialogue import POOLS, DialogueFamily, DialogueOracle, DialogueTask
-from envs.dialogue.formats import parse_calendar, parse_room, render_calendar, render_room
-from envs.dialogue.grammar import fmt_time, parse_events
-from envs.dialogue.oracle import View, read_state, solve
-from envs.dialogue.pools import DAYS
-from rl_compaction.env import EnvConfig
-from rl_compaction.oracle import make_env, run_oracle_episode
-from rl_compaction.sandbox import run_evolve
-from rl_compaction.state import State, dumps_state, validate_state
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError, tool_arguments
-from rl_compaction.tiktoken_offline import get_encoding
+from rl_compaction.core.sandbox import run_evolve
+from rl_compaction.core.state import State, dumps_state, validate_state
+from rl_compaction.core.tiktoken_offline import get_encoding
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, tool_arguments
 
 SMALL = Difficulty(scale=0.06, level=2)
 FAMILY = DialogueFamily()

@@ -12,9 +12,16 @@ from decimal import Decimal
 
 import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
-
-from envs.ledger import INSTRUCTIONS, LedgerFamily, LedgerOracle, LedgerTask, parse_answer, pools, read_state
-from envs.ledger.model import (
+from rl_compaction_envs.ledger import (
+    INSTRUCTIONS,
+    LedgerFamily,
+    LedgerOracle,
+    LedgerTask,
+    parse_answer,
+    pools,
+    read_state,
+)
+from rl_compaction_envs.ledger.model import (
     BANK_TOOL,
     LEDGER_TOOL,
     MEMO_START,
@@ -27,13 +34,14 @@ from envs.ledger.model import (
     plain,
     reconcile,
 )
-from envs.ledger.oracle import LEDGER_LAG_DAYS, MAX_FETCHES
-from rl_compaction.env import EnvConfig
-from rl_compaction.oracle import make_env, run_oracle_episode
-from rl_compaction.sandbox import SandboxLimits, run_evolve
-from rl_compaction.state import State, dumps_state, validate_state
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family, split_seed
-from rl_compaction.tiktoken_offline import get_encoding
+from rl_compaction_envs.ledger.oracle import LEDGER_LAG_DAYS, MAX_FETCHES
+
+from rl_compaction.core.sandbox import SandboxLimits, run_evolve
+from rl_compaction.core.state import State, dumps_state, validate_state
+from rl_compaction.core.tiktoken_offline import get_encoding
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, get_family, split_seed
 
 SMALL = Difficulty(scale=0.06, level=2)
 FAMILY = LedgerFamily()

@@ -10,15 +10,15 @@ import re
 
 import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
+from rl_compaction_envs.probe import KEY_POOLS, ProbeFamily, ProbeOracle, ProbeTask
+from rl_compaction_envs.probe.oracle import MAX_FETCHES
 
-from envs.probe import KEY_POOLS, ProbeFamily, ProbeOracle, ProbeTask
-from envs.probe.oracle import MAX_FETCHES
-from rl_compaction.env import EnvConfig
-from rl_compaction.oracle import make_env, run_oracle_episode
-from rl_compaction.sandbox import run_evolve
-from rl_compaction.state import State, dumps_state, validate_state
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError
-from rl_compaction.tiktoken_offline import get_encoding
+from rl_compaction.core.sandbox import run_evolve
+from rl_compaction.core.state import State, dumps_state, validate_state
+from rl_compaction.core.tiktoken_offline import get_encoding
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError
 
 SMALL = Difficulty(scale=0.06, level=2)
 FAMILY = ProbeFamily()

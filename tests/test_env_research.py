@@ -9,17 +9,17 @@ from itertools import combinations
 
 import pytest
 from driver import run_oracle  # tests/ is on sys.path under pytest
+from rl_compaction_envs.research import POOLS, ResearchFamily, ResearchTask
+from rl_compaction_envs.research.oracle import EVOLVE_TEMPLATE, MAX_CALLS
+from rl_compaction_envs.research.pools import split_of_root
+from rl_compaction_envs.research.text import CORRECTION_PREFIX, parse_page, parse_statement
 
-from envs.research import POOLS, ResearchFamily, ResearchTask
-from envs.research.oracle import EVOLVE_TEMPLATE, MAX_CALLS
-from envs.research.pools import split_of_root
-from envs.research.text import CORRECTION_PREFIX, parse_page, parse_statement
-from rl_compaction.env import EnvConfig
-from rl_compaction.oracle import make_env, run_oracle_episode
-from rl_compaction.sandbox import run_evolve
-from rl_compaction.state import State, dumps_state, validate_state
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family, tool_arguments
-from rl_compaction.tiktoken_offline import get_encoding
+from rl_compaction.core.sandbox import run_evolve
+from rl_compaction.core.state import State, dumps_state, validate_state
+from rl_compaction.core.tiktoken_offline import get_encoding
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, get_family, tool_arguments
 
 SMALL = Difficulty(scale=0.06, level=2)
 FAMILY = ResearchFamily()

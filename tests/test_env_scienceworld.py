@@ -14,15 +14,23 @@ import sys
 
 import pytest
 from gymnasium.error import ResetNeeded
+from rl_compaction_envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
+from rl_compaction_envs.scienceworld.oracle import (
+    BOX_MOVE,
+    END_MARK,
+    EVOLVE_CODE,
+    PLANE_FOCUS,
+    STATUS_MARK,
+    next_notice,
+    task_label,
+)
+from rl_compaction_envs.scienceworld.simulator import Episode, Simulator, SimulatorError
 
-from envs.scienceworld.family import LEVELS, MAX_ACTION_CHARS, ScienceWorldFamily, ScienceWorldTask
-from envs.scienceworld.oracle import BOX_MOVE, END_MARK, EVOLVE_CODE, PLANE_FOCUS, STATUS_MARK, next_notice, task_label
-from envs.scienceworld.simulator import Episode, Simulator, SimulatorError
-from rl_compaction.demos import write_demos
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.oracle import run_oracle_episode
-from rl_compaction.sandbox import run_evolve
-from rl_compaction.tasks import SPLITS, Difficulty, ToolError, get_family
+from rl_compaction.core.sandbox import run_evolve
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.oracle import run_oracle_episode
+from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, get_family
+from rl_compaction.training.demos import write_demos
 
 TOY = Difficulty(scale=0.06, level=1)  # an act output shows the room only every 17th action
 UNLIMITED = EnvConfig(context_window=10**6, compaction_request="")
@@ -184,7 +192,8 @@ def test_a_task_plays_the_same_whatever_the_process_ran_before(monkeypatch):
     """ScienceWorld keeps state across loads: after a find-animal task in the same process, boil variation
     22 heated its tin more slowly, the gold path's "examine liquid tin" came too early and the task
     stopped at 78/100, which broke sessions (issue 22). A task's first load now gets a clean process."""
-    monkeypatch.setattr("envs.scienceworld.simulator._GOLD_PATHS", {})  # each path generated here, as in a new run
+    # each path generated here, as in a new run
+    monkeypatch.setattr("rl_compaction_envs.scienceworld.simulator._GOLD_PATHS", {})
     sim = Simulator()
     try:
         scores = []
@@ -407,7 +416,7 @@ def test_the_targeted_edit_keeps_only_the_current_tasks_material():
 
 
 def test_the_oracle_reads_only_the_current_tasks_calls():
-    from envs.scienceworld.oracle import Call, current_calls, plane_times, task_text
+    from rl_compaction_envs.scienceworld.oracle import Call, current_calls, plane_times, task_text
 
     calls = [
         Call("act", "move block to inclined plane a", "You move the block."),
@@ -453,7 +462,7 @@ def test_the_oracle_plays_a_session_through_its_own_compaction(family):
 def test_listings_are_canonical_so_a_seed_reads_the_same_on_every_load():
     """ScienceWorld lists a room's objects in an order that changes between loads (6 orders in 20
     loads of this opening); the family sorts each listing, nested contents under their object."""
-    from envs.scienceworld.simulator import Episode, Simulator, canonical
+    from rl_compaction_envs.scienceworld.simulator import Episode, Simulator, canonical
 
     listing = "Room: \n\tb thing\n\ta cup. In it:\n\t\tz\n\t\ty\nYou also see:\n\tA door\n\tA box"
     assert canonical(listing) == "Room: \n\ta cup. In it:\n\t\ty\n\t\tz\n\tb thing\nYou also see:\n\tA box\n\tA door"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from rl_compaction_envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
 
-from envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily, read_key
-from rl_compaction.checker import check_family
-from rl_compaction.env import EnvConfig
-from rl_compaction.models import resolve_model
-from rl_compaction.oracle import evolve_options, make_env, run_oracle_episode
-from rl_compaction.tasks import Difficulty
+from rl_compaction.harness.checker import check_family
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.models.registry import resolve_model
 
 TOY = Difficulty(scale=0.2, level=1)
 #: a note line with its key word, as json.dumps writes it inside a tool output, or escaped further

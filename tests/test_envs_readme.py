@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.oracle import OraclePolicy, run_oracle_episode
-from rl_compaction.tasks import Difficulty
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.oracle import OraclePolicy, run_oracle_episode
+from rl_compaction.harness.tasks import Difficulty
 
 README = Path(__file__).parents[1] / "envs" / "README.md"
 

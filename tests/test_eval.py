@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from rl_compaction.accounting import COST_PARTS
-from rl_compaction.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
-from rl_compaction.oracle import OracleScriptedPolicy, make_env
-from rl_compaction.reports import wilson_interval
-from rl_compaction.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
-from rl_compaction.tasks import Difficulty
+from rl_compaction.core.reports import wilson_interval
+from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
+from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env
+from rl_compaction.harness.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
+from rl_compaction.harness.tasks import Difficulty
 
 SMALL = dict(family="probe", scale=0.25, level=1, context_window=9000, compaction_threshold=6000)
 
@@ -61,7 +61,7 @@ def test_wandb_offline_run_is_written(tmp_path: Path, monkeypatch):
 
 def test_record_round_trip_keeps_exact_prompt_ids():
     record = EpisodeRecord("p", "probe", "test", 1, 0, {})
-    from rl_compaction.rollout import Invocation
+    from rl_compaction.harness.rollout import Invocation
 
     prompts = [[1, 2, 3], [1, 2, 3, 9, 4, 5], [1, 7]]
     for i, p in enumerate(prompts):
@@ -157,7 +157,7 @@ def test_wilson_interval_contains_the_rate(n: int):
 def test_edit_shares_and_cost_intervals():
     """The cheap-edit shares count the model's applied edits of each kind over all episodes; a row with no
     edit has no share (not 0%), and files written before a kind was counted give none either."""
-    from rl_compaction.reports import asked_share, mean_interval, selection_share, targeted_share
+    from rl_compaction.core.reports import asked_share, mean_interval, selection_share, targeted_share
 
     infos = [
         {"model_edits": 3, "selection_edits": 3, "asked_edits": 2, "targeted_edits": 1},
@@ -188,7 +188,7 @@ def test_plot_and_metrics_at_100_and_0_percent(tmp_path: Path):
 
 
 def test_a_lone_surrogate_in_raw_model_output_is_written_and_read_back_exactly(tmp_path: Path):
-    from rl_compaction.rollout import Invocation
+    from rl_compaction.harness.rollout import Invocation
 
     record = EpisodeRecord("p", "probe", "test", 1, 0, {})
     record.invocations.append(Invocation(1, [1], [2], None, "half an emoji \ud83d, a \\ and \udc00", [], None, 0.1))
@@ -199,7 +199,7 @@ def test_a_lone_surrogate_in_raw_model_output_is_written_and_read_back_exactly(t
 
 def test_eval_closes_every_env_it_made(tmp_path: Path, monkeypatch):
     """A family may hold a process per env (scienceworld's simulator): eval must end each one."""
-    from rl_compaction.env import CompactionEnv
+    from rl_compaction.harness.env import CompactionEnv
 
     closed: list[int] = []
     monkeypatch.setattr(CompactionEnv, "close", lambda self: closed.append(id(self)))
@@ -248,7 +248,7 @@ def test_every_config_field_says_what_it_is_for():
     from dataclasses import fields
 
     from rl_compaction.cli import EvalRunArguments
-    from rl_compaction.reproduce import ReproduceConfig, ReproduceRunArguments
+    from rl_compaction.recipes.reproduce import ReproduceConfig, ReproduceRunArguments
 
     for config in (EvalConfig, EvalRunArguments, ReproduceConfig, ReproduceRunArguments):
         missing = [f.name for f in fields(config) if len(f.metadata.get("help", "")) < 10]

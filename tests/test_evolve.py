@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rl_compaction import evolve
 from rl_compaction.accounting import get_counter
-from rl_compaction.evolve import (
+from rl_compaction.core.sandbox import SandboxLimits, SandboxResult
+from rl_compaction.core.state import StateError, load_state, typescript_declarations, validate_state
+from rl_compaction.protocol import evolve
+from rl_compaction.protocol.evolve import (
     EVOLVE_TOOL,
     MAX_RECEIPT_CHARS,
     ProtocolError,
@@ -20,9 +22,7 @@ from rl_compaction.evolve import (
     system_message,
     system_suffix,
 )
-from rl_compaction.example_runner import EXAMPLES_DIR, example_dirs, run_example
-from rl_compaction.sandbox import SandboxLimits, SandboxResult
-from rl_compaction.state import StateError, load_state, typescript_declarations, validate_state
+from rl_compaction.protocol.example_runner import EXAMPLES_DIR, example_dirs, run_example
 
 RECEIPT_KEYS = {
     "applied",

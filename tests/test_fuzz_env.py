@@ -15,9 +15,9 @@ import pytest
 from test_env import snapshot  # tests/ is on sys.path under pytest
 
 from rl_compaction.cli import main
-from rl_compaction.env import CompactionEnv, EnvConfig, InvalidAction
-from rl_compaction.state import validate_state
-from rl_compaction.tasks import Difficulty
+from rl_compaction.core.state import validate_state
+from rl_compaction.harness.env import CompactionEnv, EnvConfig, InvalidAction
+from rl_compaction.harness.tasks import Difficulty
 
 SEEDS = range(6)
 STEPS_PER_SEED = 120

@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from rl_compaction.evolve import MAX_RECEIPT_CHARS, apply_evolve
-from rl_compaction.sandbox import SandboxLimits
-from rl_compaction.state import validate_state
+from rl_compaction.core.sandbox import SandboxLimits
+from rl_compaction.core.state import validate_state
+from rl_compaction.protocol.evolve import MAX_RECEIPT_CHARS, apply_evolve
 
 LIMITS = SandboxLimits(time_s=0.05)
 # Generous on purpose: a run the engine cannot stop is killed at its limit + 0.25 s of worker CPU,

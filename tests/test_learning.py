@@ -37,14 +37,14 @@ import statistics
 import time
 from pathlib import Path
 
+import rl_compaction_envs.vault.family as vault
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import envs.vault.family as vault
-from rl_compaction.demos import turn_kind, write_demos
-from rl_compaction.models import build_tiny_model
-from rl_compaction.reproduce import ReproduceConfig, run_grpo
-from rl_compaction.sft import render_turn, train_sft
+from rl_compaction.models.registry import build_tiny_model
+from rl_compaction.recipes.reproduce import ReproduceConfig, run_grpo
+from rl_compaction.training.demos import turn_kind, write_demos
+from rl_compaction.training.sft import render_turn, train_sft
 
 #: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window

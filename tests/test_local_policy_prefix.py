@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl_compaction.models import load_pretrained
+from rl_compaction.models.registry import load_pretrained
 from rl_compaction.policies.local import MIN_SHARED_PREFIX, TransformersPolicy
 
 
@@ -43,7 +43,7 @@ def test_no_shared_pass_for_one_row_or_a_short_common_start(tiny):
 
 
 def test_incremental_prompt_ids_equal_the_chat_template_path(tiny):
-    from rl_compaction import chat_format
+    from rl_compaction.core import chat_format
 
     model, tokenizer = tiny
     policy = TransformersPolicy(model, tokenizer, max_new_tokens=4, do_sample=False)

@@ -13,9 +13,9 @@ import pytest
 
 from rl_compaction.accounting import get_counter
 from rl_compaction.cli import main
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.evolve import apply_evolve
-from rl_compaction.tasks import Difficulty
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.protocol.evolve import apply_evolve
 
 SPACES = " " * 1_000_000  # panicked whole (a State's JSON keeps spaces as they are; tabs become \\t)
 BUILD = 'return [...state.slice(0, -1), {type: "message", role: "user", content: " ".repeat(1000000)}, state.at(-1)];'

@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction import models
-from rl_compaction.models import KNOWN_MODELS, MARKER, fetch_model, models_dir, resolve_model
+from rl_compaction.models import registry as models
+from rl_compaction.models.registry import KNOWN_MODELS, MARKER, fetch_model, models_dir, resolve_model
 
 
 @pytest.fixture()
@@ -206,7 +206,7 @@ def test_fetch_smollm2_for_real(home: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_hub_repo_ids_resolve_only_from_the_local_cache(tmp_path, monkeypatch):
-    from rl_compaction.models import resolve_model
+    from rl_compaction.models.registry import resolve_model
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
@@ -226,7 +226,7 @@ def test_two_callers_of_an_unbuilt_model_build_it_once(tmp_path: Path, monkeypat
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from rl_compaction import models
+    from rl_compaction.models import registry as models
 
     monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
     builds: list[int] = []

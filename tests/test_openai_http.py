@@ -16,9 +16,11 @@ import pytest
 from serve_util import free_port, transformers_server  # tests/ is on sys.path under pytest
 from transformers import AutoTokenizer
 
-import rl_compaction.env  # noqa: F401  (registers the envs)
-from rl_compaction.evolve import EVOLVE_TOOL
-from rl_compaction.models import build_tiny_model
+import rl_compaction.harness.env  # noqa: F401  (registers the envs)
+from rl_compaction.core.render import chat_messages, chat_tools
+from rl_compaction.core.state import validate_state
+from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty
+from rl_compaction.models.registry import build_tiny_model
 from rl_compaction.policies.openai_http import (
     HTTPPolicyError,
     OpenAIPolicy,
@@ -26,9 +28,7 @@ from rl_compaction.policies.openai_http import (
     items_from_chat_message,
     items_from_response_output,
 )
-from rl_compaction.render import chat_messages, chat_tools
-from rl_compaction.state import validate_state
-from rl_compaction.tasks import SUBMIT_TOOL, Difficulty
+from rl_compaction.protocol.evolve import EVOLVE_TOOL
 
 pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (fastapi, uvicorn)")
 pytest.importorskip("uvicorn", reason="transformers serve needs transformers[serving] (fastapi, uvicorn)")

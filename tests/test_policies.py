@@ -8,13 +8,13 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from rl_compaction import chat_format
-from rl_compaction.env import CompactionEnv, EnvConfig
-from rl_compaction.models import resolve_model
+from rl_compaction.core import chat_format
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.rollout import rollout
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.models.registry import resolve_model
 from rl_compaction.policies.local import TransformersPolicy
-from rl_compaction.rollout import rollout
-from rl_compaction.segments import build_segments
-from rl_compaction.tasks import Difficulty
+from rl_compaction.training.segments import build_segments
 
 
 @pytest.fixture(scope="module")

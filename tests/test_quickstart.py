@@ -9,8 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from rl_compaction.quickstart import QUICKSTART_CONFIG, run_quickstart
-from rl_compaction.reproduce import (
+from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, run_quickstart
+from rl_compaction.recipes.reproduce import (
     CURVE_PANELS,
     EDIT_PANELS,
     RECIPES,
@@ -67,8 +67,8 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     assert list(progress) == ["demos", "sft", "grpo", "eval"]
     (out / "progress.json").write_text(json.dumps({k: progress[k] for k in ("demos", "sft")}))
     shutil.rmtree(out / "grpo")
-    monkeypatch.setattr("rl_compaction.reproduce.write_demos", lambda *a, **k: pytest.fail("demos redone"))
-    monkeypatch.setattr("rl_compaction.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT redone"))
+    monkeypatch.setattr("rl_compaction.recipes.reproduce.write_demos", lambda *a, **k: pytest.fail("demos redone"))
+    monkeypatch.setattr("rl_compaction.recipes.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT redone"))
     again = run_quickstart(out, resume=True, **short)
     assert (out / "grpo" / "model.safetensors").exists() and again["timings"]["sft"] == progress["sft"]
     assert list(json.loads((out / "progress.json").read_text())) == ["demos", "sft", "grpo", "eval"]
@@ -168,7 +168,7 @@ def test_the_verdict_compares_cost_only_where_a_row_succeeds():
 
 def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
     """Target (b) of issue 19: the learned row's cost over its solved episodes against SFT-only's, with intervals."""
-    from rl_compaction.reproduce import solved_cost_line
+    from rl_compaction.recipes.reproduce import solved_cost_line
 
     learned = {"mean_cost_solved": 20_000.0, "cost_solved_ci95": [19_000.0, 21_000.0]}
     line = solved_cost_line(learned, {"mean_cost_solved": 30_000.0, "cost_solved_ci95": [28_000.0, 32_000.0]})
@@ -179,7 +179,7 @@ def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
 
 def test_learning_curve_axes_do_not_magnify_noise():
     """A 0.008 change in reward looked steep, and all-zero series got a +-0.04 axis."""
-    from rl_compaction.reproduce import _curve_limits
+    from rl_compaction.recipes.reproduce import _curve_limits
 
     lo, hi = _curve_limits("reward/reward", [-0.213, -0.221])
     assert hi - lo >= 0.5 and lo < -0.221 and hi > -0.213
@@ -196,9 +196,9 @@ def test_the_shipped_warm_start_is_the_quickstart_recipes_own():
     """The quickstart starts GRPO from a warm start that ships in the package (~11 minutes of demos and SFT
     saved). It must be current: built with the recipe's demo and SFT settings (scripts/build_quickstart_start.py
     rebuilds it), small, and in the start model's tokenizer."""
-    from rl_compaction.models import shipped_dir
-    from rl_compaction.quickstart import SHIPPED_START, quickstart_config
-    from rl_compaction.reproduce import matching_warm_start
+    from rl_compaction.models.registry import shipped_dir
+    from rl_compaction.recipes.quickstart import SHIPPED_START, quickstart_config
+    from rl_compaction.recipes.reproduce import matching_warm_start
 
     config = ReproduceConfig.from_yaml(QUICKSTART_CONFIG)
     assert matching_warm_start(config, SHIPPED_START) == SHIPPED_START
@@ -215,7 +215,7 @@ def test_the_shipped_warm_start_is_the_quickstart_recipes_own():
 
 
 def test_a_built_warm_start_records_the_settings_it_was_built_with(tmp_path):
-    from rl_compaction.reproduce import WARM_START_FILES, build_warm_start, matching_warm_start
+    from rl_compaction.recipes.reproduce import WARM_START_FILES, build_warm_start, matching_warm_start
 
     config = ReproduceConfig(
         output_dir=str(tmp_path / "unused"),
@@ -242,12 +242,12 @@ def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkey
     shipped warm start, which is also the SFT-only row."""
     import wandb
 
-    from rl_compaction.quickstart import SHIPPED_START
+    from rl_compaction.recipes.quickstart import SHIPPED_START
 
     wandb.teardown()
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setattr("rl_compaction.reproduce.write_demos", lambda *a, **k: pytest.fail("demos written"))
-    monkeypatch.setattr("rl_compaction.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT run"))
+    monkeypatch.setattr("rl_compaction.recipes.reproduce.write_demos", lambda *a, **k: pytest.fail("demos written"))
+    monkeypatch.setattr("rl_compaction.recipes.reproduce.train_sft", lambda *a, **k: pytest.fail("SFT run"))
     out = tmp_path / "qs"
     short = {
         "grpo": {"max_steps": 1, "num_generations": 2, "gradient_accumulation_steps": 2},

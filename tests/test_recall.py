@@ -1,4 +1,4 @@
-"""Recall pretraining (rl_compaction.recall) and the `tiny-recall` model it builds."""
+"""Recall pretraining (rl_compaction.models.recall) and the `tiny-recall` model it builds."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction import models
-from rl_compaction.models import MARKER, build_tiny_model, resolve_model, shipped_dir
-from rl_compaction.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
+from rl_compaction.models import registry as models
+from rl_compaction.models.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
+from rl_compaction.models.registry import MARKER, build_tiny_model, resolve_model, shipped_dir
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from rl_compaction import sandbox
-from rl_compaction.sandbox import KiB, SandboxLimits, run_evolve
+from rl_compaction.core import sandbox
+from rl_compaction.core.sandbox import KiB, SandboxLimits, run_evolve
 
 STATE = [
     {"type": "message", "role": "user", "content": 'Track ’quotes’, emoji 😀 and escapes \\n " \u0000.'},
@@ -245,7 +245,7 @@ def test_lone_surrogates_cross_the_boundary_exactly():
 def test_archived_quickjs_package_is_refused(monkeypatch):
     import importlib.metadata
 
-    from rl_compaction import sandbox
+    from rl_compaction.core import sandbox
 
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.19.4")
     with pytest.raises(ImportError, match="pip uninstall -y quickjs"):

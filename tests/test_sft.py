@@ -1,6 +1,6 @@
 """SFT warm start: oracle demos as per-turn rows, the loss mask, and a short real SFT run on the tiny model.
 
-Everything runs offline on the tiny random model (`rl_compaction.models`) and the probe family at
+Everything runs offline on the tiny random model (`rl_compaction.models.registry`) and the probe family at
 scale 0.06, whose oracle episodes fit a 6000-token window of the tiny tokenizer.
 """
 
@@ -15,13 +15,14 @@ import torch
 from datasets import Dataset, load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction import chat_format
-from rl_compaction.demos import SUMMARY_FILE, row_messages, row_observation, turn_kind, write_demos
-from rl_compaction.env import EnvConfig
-from rl_compaction.models import resolve_model
-from rl_compaction.oracle import make_env
-from rl_compaction.render import chat_messages
-from rl_compaction.sft import (
+from rl_compaction.core import chat_format
+from rl_compaction.core.render import chat_messages
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import make_env
+from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.models.registry import resolve_model
+from rl_compaction.training.demos import SUMMARY_FILE, row_messages, row_observation, turn_kind, write_demos
+from rl_compaction.training.sft import (
     SFTScriptArguments,
     build_trainer,
     prepare_dataset,
@@ -29,7 +30,6 @@ from rl_compaction.sft import (
     run_sft,
     tokenize_row,
 )
-from rl_compaction.tasks import Difficulty
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny-cpu.yaml"
 DEMO_SETTINGS = {"scale": 0.06, "level": 1, "context_window": 6000, "tokenizer_name_or_path": "tiny"}

@@ -10,7 +10,7 @@ import pytest
 from openai.types.responses import ResponseInputParam
 from pydantic import TypeAdapter, ValidationError
 
-from rl_compaction.state import (
+from rl_compaction.core.state import (
     API_ONLY_PARTS,
     ITEM_SHAPES,
     MAX_ERROR_CHARS,

@@ -1,5 +1,5 @@
 """Each family's tool JSON schemas (what the model is shown) agree with the argument checks its
-`call_tool` makes (`rl_compaction.tasks.check_arguments`): the two are written apart, so this test
+`call_tool` makes (`rl_compaction.harness.tasks.check_arguments`): the two are written apart, so this test
 holds them together (issue 22, item 6). A call the schema allows is never refused for its shape;
 a call the schema forbids (a missing required key, an extra key, a wrong type) always is."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_compaction.tasks import Difficulty, ToolError, get_family
+from rl_compaction.harness.tasks import Difficulty, ToolError, get_family
 
 FAMILIES = ["probe", "research", "ledger", "dialogue", "codebase", "vault"]
 SHAPE_ERRORS = ("missing required argument", "unexpected argument", " must be ")

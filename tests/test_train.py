@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction.models import resolve_model
-from rl_compaction.reward import RewardConfig, episode_reward
-from rl_compaction.segments import build_segments
-from rl_compaction.train import main as train_main
-from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, group_advantages
+from rl_compaction.models.registry import resolve_model
+from rl_compaction.training.reward import RewardConfig, episode_reward
+from rl_compaction.training.segments import build_segments
+from rl_compaction.training.train import main as train_main
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, group_advantages
 
 TINY_CONFIG = str(Path(__file__).parents[1] / "configs" / "train" / "tiny-cpu.yaml")
 
@@ -138,7 +138,7 @@ def tiny_trainer(tmp_path_factory):
 
 
 def _grad_of(trainer, rows):
-    from rl_compaction.segments import Segment
+    from rl_compaction.training.segments import Segment
 
     trainer.model.zero_grad()
     batch = trainer._rows_to_tensors([(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in rows], "cpu")
@@ -164,7 +164,7 @@ def test_one_row_and_the_same_tokens_in_two_segments_give_the_same_gradient(tiny
 
 def test_pad_to_multiple_of_is_honoured(tiny_trainer):
     """TRL's option pads every tensor's length to a multiple; the override used to ignore it."""
-    from rl_compaction.segments import Segment
+    from rl_compaction.training.segments import Segment
 
     rows = [(Segment([5, 6, 7], [20, 21, 22, 23, 24], [1, 1, 1, 0, 1], [0.0] * 5), 1.0)]
     tiny_trainer.pad_to_multiple_of = 8
@@ -277,7 +277,7 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
 
 
 def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch):
-    from rl_compaction.wandb_resume import RUN_FILE, continue_wandb_run
+    from rl_compaction.training.wandb_resume import RUN_FILE, continue_wandb_run
 
     for name in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_PROJECT"):
         monkeypatch.delenv(name, raising=False)

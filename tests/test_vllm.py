@@ -25,13 +25,13 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix  # noqa: E402
-from rl_compaction.env import CompactionEnv, EnvConfig  # noqa: E402
-from rl_compaction.models import resolve_model  # noqa: E402
+from rl_compaction.harness.env import CompactionEnv, EnvConfig  # noqa: E402
+from rl_compaction.harness.rollout import EpisodeRecord, rollout  # noqa: E402
+from rl_compaction.harness.tasks import Difficulty  # noqa: E402
+from rl_compaction.models.registry import resolve_model  # noqa: E402
 from rl_compaction.policies.local import TransformersPolicy  # noqa: E402
 from rl_compaction.policies.vllm import VLLMPolicy  # noqa: E402
-from rl_compaction.rollout import EpisodeRecord, rollout  # noqa: E402
-from rl_compaction.tasks import Difficulty  # noqa: E402
-from rl_compaction.trainer import CompactionGRPOConfig, CompactionGRPOTrainer  # noqa: E402
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer  # noqa: E402
 
 MODEL = "tiny-hd32"
 ENGINE = {"enforce_eager": True, "max_model_len": 8192, "dtype": "float32", "seed": 0}
@@ -106,7 +106,7 @@ def _logprobs_under(weights: dict[str, torch.Tensor], invocations, temperature: 
 
 def test_colocate_training_samples_each_step_from_the_weights_the_last_step_left(tmp_path):
     """TRL's use_vllm in colocate mode: after each optimizer step the engine gets the new weights
-    (on the CPU backend through vLLM's reload, rl_compaction.vllm_sync), so the logprobs vLLM
+    (on the CPU backend through vLLM's reload, rl_compaction.training.vllm_sync), so the logprobs vLLM
     recorded while sampling step 2 are the step-1 model's, not the initial model's."""
     path = resolve_model(MODEL)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

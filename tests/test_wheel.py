@@ -7,18 +7,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SMOKE = """
 import sys, gymnasium as gym, rl_compaction
-from rl_compaction.env import CompactionEnv
-from rl_compaction.models import resolve_model
-from rl_compaction.oracle import run_oracle_episode
-from rl_compaction.reproduce import RECIPES, ReproduceConfig
-from rl_compaction.tasks import Difficulty
+from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.models.registry import resolve_model
+from rl_compaction.harness.oracle import run_oracle_episode
+from rl_compaction.recipes.reproduce import RECIPES, ReproduceConfig
+from rl_compaction.harness.tasks import Difficulty
 assert rl_compaction.__file__.startswith(sys.argv[1]), rl_compaction.__file__
+import rl_compaction_envs.vault
+assert rl_compaction_envs.vault.__file__.startswith(sys.argv[1]), rl_compaction_envs.vault.__file__
 env = gym.make("rl_compaction/probe-v0", split="test", difficulty=Difficulty(scale=0.06, level=1))
 env.reset(seed=0)
 info = run_oracle_episode(env.unwrapped, 0, use_evolve=True)
@@ -47,3 +50,16 @@ def test_a_wheel_installed_without_the_repository_runs(tmp_path: Path) -> None:
     assert "4/4 examples passed" in run("-m", "rl_compaction.cli", "examples")
     families = run("-m", "rl_compaction.cli", "envs", "list")
     assert all(name in families for name in ("probe", "vault", "codebase", "ledger"))
+
+
+def test_the_package_list_names_every_package_folder() -> None:
+    """pyproject.toml lists the packages (setuptools maps envs/ to `rl_compaction_envs` only for listed ones):
+    a new layer or family folder missing from the list would be missing from every wheel."""
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    roots = {"rl_compaction": ROOT / "rl_compaction", "rl_compaction_envs": ROOT / "envs"}
+    folders = {
+        ".".join((name, *init.parent.relative_to(folder).parts))
+        for name, folder in roots.items()
+        for init in folder.rglob("__init__.py")
+    }
+    assert sorted(listed) == sorted(folders)

@@ -1,4 +1,4 @@
-"""`rl_compaction.train` where process 1 cuts each episode into twice as many rows as process 0
+"""`rl_compaction.training.train` where process 1 cuts each episode into twice as many rows as process 0
 does, as happens in real runs when episodes on different GPUs differ in edits. Launched by
 tests/test_train.py with `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU)."""
 
@@ -8,8 +8,8 @@ import sys
 
 from accelerate import PartialState
 
-import rl_compaction.trainer as trainer_module
-from rl_compaction.train import main
+import rl_compaction.training.trainer as trainer_module
+from rl_compaction.training.train import main
 
 real_build_segments = trainer_module.build_segments
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-from rl_compaction.tasks import Difficulty, TaskFamily, split_seed
+from rl_compaction.harness.tasks import Difficulty, TaskFamily, split_seed
 
 from .generator import POOLS, TEMPLATES, SplitPools, generate
 from .oracle import CodebaseOracle

@@ -20,7 +20,7 @@ from itertools import product
 
 import quickjs
 
-from rl_compaction.tasks import SPLITS
+from rl_compaction.harness.tasks import SPLITS
 
 # --------------------------------------------------------------------------- split pools
 

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
 
 _PAGE_LINES = re.compile(r"read_file shows (\d+) lines per page")
 _SUMMARY = re.compile(r"^== summary: (\d+) passed, (\d+) failed", re.M)

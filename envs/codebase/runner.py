@@ -11,12 +11,12 @@ import random
 import re
 from dataclasses import dataclass
 
-from rl_compaction.sandbox import MiB, SandboxLimits, run_evolve
+from rl_compaction.core.sandbox import MiB, SandboxLimits, run_evolve
 
 TIME_LIMIT_S = 5
 MEMORY_LIMIT = 64 * MiB
 
-# The suite runner, run by the evolve sandbox (rl_compaction.sandbox) as the body of
+# The suite runner, run by the evolve sandbox (rl_compaction.core.sandbox) as the body of
 # `function evolve(state)`, so that task code gets the same guarantees as evolve code: a separate
 # process, the CPU limit, and a kill at the limit for a native loop the engine cannot interrupt.
 # Its input is [{sources: [[path, text], ...], suite: text | null}]: the texts arrive as data (a NUL

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Oracle, Task, ToolError, check_arguments, function_tool
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import Difficulty, Oracle, Task, ToolError, check_arguments, function_tool
 
 from .generator import Repo
 from .oracle import CodebaseOracle

@@ -7,8 +7,8 @@ world, `grammar` the requirement language, `formats` the tool outputs, `oracle` 
 context-bound solver and its targeted compaction in `evolve.js`).
 """
 
-from envs.dialogue.oracle import DialogueOracle
-from envs.dialogue.pools import POOLS
-from envs.dialogue.task import DialogueFamily, DialogueTask
+from rl_compaction_envs.dialogue.oracle import DialogueOracle
+from rl_compaction_envs.dialogue.pools import POOLS
+from rl_compaction_envs.dialogue.task import DialogueFamily, DialogueTask
 
 __all__ = ["POOLS", "DialogueFamily", "DialogueOracle", "DialogueTask"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from envs.dialogue.generate import Room, World
-from envs.dialogue.grammar import fmt_time, parse_time
-from envs.dialogue.pools import DAYS
+from rl_compaction_envs.dialogue.generate import Room, World
+from rl_compaction_envs.dialogue.grammar import fmt_time, parse_time
+from rl_compaction_envs.dialogue.pools import DAYS
 
 STATEMENT_MARK = "MEETING PLANNING TASK"
 CALENDAR_MARK = "TEAM CALENDAR: "

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from envs.dialogue.grammar import DAY_END, DAY_START, GRID, Event, event, fmt_time, render
-from envs.dialogue.pools import DAYS, FEATURES, SplitPools, all_syllables
+from rl_compaction_envs.dialogue.grammar import DAY_END, DAY_START, GRID, Event, event, fmt_time, render
+from rl_compaction_envs.dialogue.pools import DAYS, FEATURES, SplitPools, all_syllables
 
 _DURATIONS = (30, 45, 60, 90)
 _CAPACITIES = (3, 4, 4, 6, 8, 10, 12)

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from envs.dialogue.pools import DAYS, FEATURES, POOLS
+from rl_compaction_envs.dialogue.pools import DAYS, FEATURES, POOLS
 
 DAY_START = 9 * 60
 DAY_END = 17 * 60

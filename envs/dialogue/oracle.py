@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.dialogue.formats import (
+from rl_compaction_envs.dialogue.formats import (
     STATEMENT_MARK,
     RoomData,
     calendar_record,
@@ -27,7 +27,7 @@ from envs.dialogue.formats import (
     room_record,
     rooms_of_statement,
 )
-from envs.dialogue.grammar import (
+from rl_compaction_envs.dialogue.grammar import (
     DAY_END,
     DAY_START,
     GRID,
@@ -38,9 +38,10 @@ from envs.dialogue.grammar import (
     parse_events,
     reduce_events,
 )
-from envs.dialogue.pools import DAYS
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+from rl_compaction_envs.dialogue.pools import DAYS
+
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
 
 MAX_FETCHES = 4  # per calendar day or room, counting the calls still visible in the State
 MAX_NODES = 50_000  # search budget before constraints are relaxed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_compaction.tasks import SPLITS
+from rl_compaction.harness.tasks import SPLITS
 
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
 #: equipment a room may have: the phrase used in requirements -> the word used in room_info.

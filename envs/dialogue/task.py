@@ -9,13 +9,22 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from envs.dialogue.formats import render_calendar, render_room, statement
-from envs.dialogue.generate import World, generate, overlaps
-from envs.dialogue.grammar import DAY_END, DAY_START, GRID, Requirements, parse_time, reduce_events
-from envs.dialogue.oracle import DialogueOracle
-from envs.dialogue.pools import DAYS, POOLS
-from rl_compaction.state import State
-from rl_compaction.tasks import Difficulty, Task, TaskFamily, ToolError, check_arguments, function_tool, split_seed
+from rl_compaction_envs.dialogue.formats import render_calendar, render_room, statement
+from rl_compaction_envs.dialogue.generate import World, generate, overlaps
+from rl_compaction_envs.dialogue.grammar import DAY_END, DAY_START, GRID, Requirements, parse_time, reduce_events
+from rl_compaction_envs.dialogue.oracle import DialogueOracle
+from rl_compaction_envs.dialogue.pools import DAYS, POOLS
+
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import (
+    Difficulty,
+    Task,
+    TaskFamily,
+    ToolError,
+    check_arguments,
+    function_tool,
+    split_seed,
+)
 
 INSTRUCTIONS = """\
 You are planning next week's meetings for a user who states the requirements over a long \

@@ -5,7 +5,7 @@ and memo formats and the rules, `oracle` the context-bound solver and its target
 `pools` the split-partitioned names and wording.
 """
 
-from envs.ledger.family import INSTRUCTIONS, TOOLS, LedgerFamily, LedgerTask, parse_answer
-from envs.ledger.oracle import LedgerOracle, read_state
+from rl_compaction_envs.ledger.family import INSTRUCTIONS, TOOLS, LedgerFamily, LedgerTask, parse_answer
+from rl_compaction_envs.ledger.oracle import LedgerOracle, read_state
 
 __all__ = ["INSTRUCTIONS", "TOOLS", "LedgerFamily", "LedgerOracle", "LedgerTask", "parse_answer", "read_state"]

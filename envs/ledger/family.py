@@ -13,17 +13,18 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
-from envs.ledger.generator import Instance, generate
-from envs.ledger.model import (
+from rl_compaction_envs.ledger.generator import Instance, generate
+from rl_compaction_envs.ledger.model import (
     BANK_ID_RE,
     BANK_TOOL,
     LEDGER_ID_RE,
     LEDGER_TOOL,
     RECORD_TOOL,
 )
-from envs.ledger.oracle import LedgerOracle
-from rl_compaction.state import State
-from rl_compaction.tasks import (
+from rl_compaction_envs.ledger.oracle import LedgerOracle
+
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import (
     Difficulty,
     Oracle,
     Task,

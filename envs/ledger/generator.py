@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
 
-from envs.ledger import pools
-from envs.ledger.model import (
+from rl_compaction_envs.ledger import pools
+from rl_compaction_envs.ledger.model import (
     BANK_COLUMNS,
     BANK_TITLE,
     BOOK_BALANCE_LABEL,
@@ -30,7 +30,8 @@ from envs.ledger.model import (
     money,
     render_memo,
 )
-from rl_compaction.tasks import Difficulty
+
+from rl_compaction.harness.tasks import Difficulty
 
 #: reporting-currency value of one unit, in EUR (rates are jittered around these).
 CURRENCY_VALUE = {

@@ -24,7 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from envs.ledger.model import (
+from rl_compaction_envs.ledger.model import (
     BANK_TITLE,
     BANK_TOOL,
     BOOK_BALANCE_LABEL,
@@ -45,8 +45,9 @@ from envs.ledger.model import (
     reconcile,
     statement_order,
 )
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
 
 MAX_FETCHES = 3  # fetches of one page visible in the State before the oracle stops asking for it
 LEDGER_LAG_DAYS = 3  # a ledger entry is dated 0 to 3 days after the bank line it books (generator)

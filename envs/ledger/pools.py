@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from rl_compaction.tasks import SPLITS
+from rl_compaction.harness.tasks import SPLITS
 
 _INITIALS = {"train": "BDFGK", "validation": "LMNP", "test": "RSTVZ"}
 _VOWELS = ("a", "e", "i", "o", "u")

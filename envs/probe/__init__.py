@@ -4,7 +4,7 @@ A cheap diagnostic of lossy memory for fast tests (see `family` for the task, `s
 the text formats, `oracle` for the context-bound solver and its targeted compaction).
 """
 
-from envs.probe.family import KEY_POOLS, ProbeFamily, ProbeTask
-from envs.probe.oracle import EVOLVE_JS, ProbeOracle
+from rl_compaction_envs.probe.family import KEY_POOLS, ProbeFamily, ProbeTask
+from rl_compaction_envs.probe.oracle import EVOLVE_JS, ProbeOracle
 
 __all__ = ["EVOLVE_JS", "KEY_POOLS", "ProbeFamily", "ProbeOracle", "ProbeTask"]

@@ -14,10 +14,11 @@ import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from envs.probe import stream
-from envs.probe.oracle import ProbeOracle
-from rl_compaction.state import State
-from rl_compaction.tasks import (
+from rl_compaction_envs.probe import stream
+from rl_compaction_envs.probe.oracle import ProbeOracle
+
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import (
     Difficulty,
     Oracle,
     Task,

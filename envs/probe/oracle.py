@@ -16,9 +16,10 @@ from importlib.resources import files
 from itertools import count
 from typing import Any
 
-from envs.probe import stream
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+from rl_compaction_envs.probe import stream
+
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
 
 MAX_FETCHES = 3
 
@@ -119,6 +120,6 @@ class ProbeOracle(Oracle):
 #: the template of the oracle's edit (comment lines stripped: the model writes only code).
 EVOLVE_JS = "\n".join(
     line
-    for line in files("envs.probe").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
+    for line in files("rl_compaction_envs.probe").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
     if not line.startswith("//")
 )

@@ -5,8 +5,8 @@ the page, question and answer formats, `oracle` for the context-bound solver and
 compaction (`evolve.js`), and `pools` for the split-partitioned word pools.
 """
 
-from envs.research.family import ResearchFamily, ResearchTask
-from envs.research.oracle import ResearchOracle
-from envs.research.pools import POOLS
+from rl_compaction_envs.research.family import ResearchFamily, ResearchTask
+from rl_compaction_envs.research.oracle import ResearchOracle
+from rl_compaction_envs.research.pools import POOLS
 
 __all__ = ["POOLS", "ResearchFamily", "ResearchOracle", "ResearchTask"]

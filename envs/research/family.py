@@ -15,12 +15,13 @@ import json
 import random
 from typing import Any, ClassVar
 
-from envs.research.oracle import ResearchOracle
-from envs.research.pools import POOLS
-from envs.research.text import TASK_MARKER, normalize_answer
-from envs.research.world import MAX_RESULTS, World
-from rl_compaction.state import State
-from rl_compaction.tasks import (
+from rl_compaction_envs.research.oracle import ResearchOracle
+from rl_compaction_envs.research.pools import POOLS
+from rl_compaction_envs.research.text import TASK_MARKER, normalize_answer
+from rl_compaction_envs.research.world import MAX_RESULTS, World
+
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import (
     Difficulty,
     Oracle,
     Task,

@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
-from envs.research.text import (
+from rl_compaction_envs.research.text import (
     CORRECTION_PREFIX,
     ParsedPage,
     Question,
     parse_page,
     parse_statement,
 )
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
 
 MAX_FETCHES = 3
 MAX_CALLS = 600  # a last guard: past this many calls the oracle submits what it has
@@ -36,7 +37,7 @@ _DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?: |$)")  # a compacted excerpt kee
 #: the template of the oracle's edit (comment lines stripped: the model writes only code).
 EVOLVE_TEMPLATE = "\n".join(
     line
-    for line in files("envs.research").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
+    for line in files("rl_compaction_envs.research").joinpath("evolve.js").read_text(encoding="utf-8").splitlines()
     if not line.startswith("//")
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from rl_compaction.tasks import SPLITS
+from rl_compaction.harness.tasks import SPLITS
 
 _ONSETS = "bdfghklmnprstvz"
 _VOWELS = "aeiou"

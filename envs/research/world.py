@@ -16,8 +16,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from envs.research.pools import POOLS, TAIL_SYLLABLES
-from envs.research.text import (
+from rl_compaction_envs.research.pools import POOLS, TAIL_SYLLABLES
+from rl_compaction_envs.research.text import (
     ATTRS,
     CORRECTION_PREFIX,
     RELATIONS,

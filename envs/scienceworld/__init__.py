@@ -1,5 +1,5 @@
 """The scienceworld family: ScienceWorld's science tasks in its own simulator (optional extra [scienceworld])."""
 
-from envs.scienceworld.family import ScienceWorldFamily
+from rl_compaction_envs.scienceworld.family import ScienceWorldFamily
 
 __all__ = ["ScienceWorldFamily"]

@@ -34,10 +34,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from envs.scienceworld.oracle import STATUS_MARK, ScienceWorldOracle, end_notice, next_notice, task_label
-from envs.scienceworld.simulator import Episode, Simulator, SimulatorError
-from rl_compaction.state import State
-from rl_compaction.tasks import (
+from rl_compaction_envs.scienceworld.oracle import STATUS_MARK, ScienceWorldOracle, end_notice, next_notice, task_label
+from rl_compaction_envs.scienceworld.simulator import Episode, Simulator, SimulatorError
+
+from rl_compaction.core.state import State
+from rl_compaction.harness.tasks import (
     SPLITS,
     Difficulty,
     Oracle,

@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rl_compaction.evolve import EVOLVE
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import Oracle
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import Oracle
+from rl_compaction.protocol.evolve import EVOLVE
 
 #: heads the room view and inventory an act output carries (`Difficulty.scale`)
 STATUS_MARK = "[around you now]"

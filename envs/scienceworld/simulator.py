@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_compaction.state import clip
+from rl_compaction.core.state import clip
 
 #: the first move of every episode, as ScienceWorld's own `reset` makes it
 FIRST_ACTION = "look around"

@@ -1,5 +1,5 @@
 """The vault family: a key word shown once on the first page, needed after many pages of filler."""
 
-from envs.vault.family import VaultFamily
+from rl_compaction_envs.vault.family import VaultFamily
 
 __all__ = ["VaultFamily"]

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rl_compaction.state import State, text_of
-from rl_compaction.tasks import (
+from rl_compaction.core.state import State, text_of
+from rl_compaction.harness.tasks import (
     Difficulty,
     Oracle,
     Task,

@@ -1,0 +1,5 @@
+"""Layer 6, policies: a `rl_compaction.harness.policy.Policy` backed by a model.
+
+`local` (transformers, incremental prefix reuse), `vllm` (a vLLM engine or server) and
+`openai_http` (any OpenAI-compatible endpoint, chat or responses).
+"""

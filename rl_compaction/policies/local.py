@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix
-from rl_compaction.policies.base import Policy, Turn, stop_token_ids, turns_from_ids
+from rl_compaction.harness.policy import Policy, Turn, stop_token_ids, turns_from_ids
 
 #: A shared start shorter than this is prefilled with each row (a separate pass is not worth it).
 MIN_SHARED_PREFIX = 64
@@ -49,7 +49,7 @@ class TransformersPolicy(Policy):
         name: str | None = None,
     ):
         if isinstance(model, (str, Path)):
-            from rl_compaction.models import load_pretrained
+            from rl_compaction.models.registry import load_pretrained
 
             name = name or str(model)
             model, loaded_tokenizer = load_pretrained(

@@ -2,7 +2,7 @@
 
 Two wire formats, chosen with ``api``:
 
-- ``"chat"``: chat completions. The State is rendered with `rl_compaction.render.chat_messages`
+- ``"chat"``: chat completions. The State is rendered with `rl_compaction.core.render.chat_messages`
   and adapted to the wire format: tool-call ``arguments`` go back to the exact JSON *string* of
   the State (the renderer parses them for chat templates), a tool message carries only
   ``tool_call_id`` and content, and an assistant message that only calls tools has ``content:
@@ -51,12 +51,12 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionMessage
 
-from rl_compaction.policies.base import Policy, Turn
-from rl_compaction.render import chat_messages, chat_tools
-from rl_compaction.state import State
+from rl_compaction.core.render import chat_messages, chat_tools
+from rl_compaction.core.state import State
+from rl_compaction.harness.policy import Policy, Turn
 
 API_KINDS = ("chat", "responses")
-#: The fields of a State ``reasoning`` item (see `rl_compaction.state`); others are dropped.
+#: The fields of a State ``reasoning`` item (see `rl_compaction.core.state`); others are dropped.
 _REASONING_FIELDS = ("type", "id", "summary", "content", "encrypted_content", "status")
 
 

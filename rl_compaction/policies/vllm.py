@@ -2,7 +2,7 @@
 
 Two ways in, one interface: an in-process engine (`vllm.LLM`, given a model path) or a running
 `trl vllm-serve` server (given `base_url`), reached with TRL's own `VLLMClient`. Either way the
-prompt is rendered and tokenised here with the model's chat template (`rl_compaction.chat_format`)
+prompt is rendered and tokenised here with the model's chat template (`rl_compaction.core.chat_format`)
 and sent as token ids, so the recorded prompt ids are exactly what the model saw, and the sampled
 ids come back with their logprobs. The in-process engine keeps prefix caching on (an episode's turns
 share their prompt's start) and reports the cached prompt tokens of each turn in `Turn.usage`.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rl_compaction import chat_format
-from rl_compaction.policies.base import Policy, Turn, stop_token_ids, turns_from_ids
+from rl_compaction.core import chat_format
+from rl_compaction.harness.policy import Policy, Turn, stop_token_ids, turns_from_ids
 
 
 class VLLMPolicy(Policy):
@@ -32,7 +32,7 @@ class VLLMPolicy(Policy):
     ):
         from transformers import AutoTokenizer
 
-        from rl_compaction.models import resolve_model
+        from rl_compaction.models.registry import resolve_model
 
         path = str(resolve_model(model))
         self.name = f"vllm:{model}"

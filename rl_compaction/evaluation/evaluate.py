@@ -1,0 +1,523 @@
+"""`rl-compaction eval`: compare policies on held-out tasks with the same accounting.
+
+A policy spec is ``oracle`` (the task's scripted oracle), ``openai:MODEL`` (any
+OpenAI-compatible endpoint), ``vllm:MODEL`` (vLLM on a GPU: in-process, or a ``trl vllm-serve``
+server with ``--base-url``) or a local transformers model (a path, ``smollm2-135m``, ``tiny``), optionally
+followed by ``@STRATEGY``: ``evolve`` (the agent is asked to compact itself at the threshold),
+``none``, ``sliding_window``, ``clear_tool_outputs``, or ``summary`` (the model writes a summary
+at the threshold; model policies only). Every episode goes to ``episodes.jsonl``; the summary to
+``metrics.json``, a table on stdout and ``success_vs_cost.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from rl_compaction.accounting import COST_PARTS, get_cache_model
+from rl_compaction.core.configs import as_mapping, check_counts, help_field
+from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.reports import (
+    asked_share,
+    format_share,
+    mean_interval,
+    progress_bar,
+    render_table,
+    selection_share,
+    targeted_share,
+    wilson_interval,
+)
+from rl_compaction.core.state import clip
+from rl_compaction.harness.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
+from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
+from rl_compaction.harness.policy import Policy, ScriptedPolicy
+from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
+from rl_compaction.harness.strategies import HARNESS_STRATEGIES, Summary
+from rl_compaction.harness.tasks import SPLITS, Difficulty
+from rl_compaction.models.registry import counter_name
+
+MODEL_STRATEGIES = ("evolve", "none", "summary", *HARNESS_STRATEGIES)
+
+
+@dataclass
+class EvalConfig:
+    """Settings of one evaluation, all recorded with every episode. `rl-compaction eval` reads them with
+    TRL's `TrlParser`: from flags, or from `--config FILE.yaml` with flags overriding the file."""
+
+    policies: list[str] = help_field(
+        "policy specs: oracle | openai:MODEL | vllm:MODEL | a local model (path, smollm2-135m, tiny), each "
+        "with an optional @STRATEGY; repeat --policy to compare",
+        metadata={"aliases": ["--policy"], "action": "extend"},
+    )
+    family: str = help_field(
+        "the task family (the flag --env too; in a YAML file `family`, since TRL's parser reads a top-level "
+        "`env` key as environment variables)",
+        default="probe",
+        metadata={"aliases": ["--env"]},
+    )
+    split: str = help_field("the task split (normally test)", default="test", metadata={"choices": SPLITS})
+    episodes: int = help_field("episodes per policy, on task seeds seed_start..", default=5)
+    seed_start: int = help_field("the first task seed (an integer >= 0)", default=0)
+    scale: float = help_field("the task's difficulty scale (its length)", default=1.0)
+    level: int = help_field("the task's difficulty level", default=2)
+    context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=32_768)
+    compaction_threshold: int | None = help_field(
+        "context size at which the harness asks for a compaction (default: 75%% of the window)", default=None
+    )
+    max_turns: int = help_field("turn limit per episode", default=100)
+    strategy: str = help_field(
+        "the strategy of specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
+        default="evolve",
+    )
+    tokenizer: str = help_field(
+        "the units of window, threshold and cost for every policy of the run (a tiktoken encoding, a model "
+        "name or a model directory): pass the evaluated model's to count in its tokens",
+        default="o200k_base",
+    )
+    cache_preset: str = help_field("the cost model (configs/accounting.yaml)", default="local")
+    max_new_tokens: int = help_field("tokens a model policy may generate per turn", default=512)
+    temperature: float = help_field("sampling temperature of model policies", default=0.7)
+    batch_size: int = help_field("episodes run together (one batched model call)", default=4)
+    base_url: str | None = help_field(
+        "for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)", default=None
+    )
+    api: str = help_field("the openai: policies' API", default="chat", metadata={"choices": ("chat", "responses")})
+    request_timeout_s: float = help_field(
+        "openai: policies: seconds each request may take to answer, and to send its whole reply",
+        default=600.0,
+        metadata={"aliases": ["--request-timeout"]},
+    )
+    vllm_engine_kwargs: dict[str, Any] | str | None = help_field(
+        "vllm: policies without base_url: keyword arguments of vllm.LLM (a JSON object on the command line), "
+        'e.g. {"enforce_eager": true, "max_model_len": 8192}; prefix caching is on unless set here',
+        default_factory=dict,
+    )
+    output_dir: str = help_field("where episodes.jsonl, metrics.json and the plot go", default="runs/eval")
+    extra: dict[str, Any] | str | None = help_field(
+        "free-form settings recorded with every episode (a JSON object on the command line)", default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        """Refuse a bad setting before any episode runs, each with its own one-line reason."""
+        if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
+            raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
+        check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))
+        if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
+            raise ValueError(f"seed_start must be a task seed (an integer >= 0), got {self.seed_start!r}")
+        Difficulty(scale=self.scale, level=self.level)
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.api not in ("chat", "responses"):
+            raise ValueError(f"api must be chat or responses, got {self.api!r}")
+        timeout = self.request_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+            raise ValueError(f"request_timeout_s must be a positive number of seconds, got {timeout!r}")
+        self.extra = as_mapping("extra", self.extra)
+        self.vllm_engine_kwargs = as_mapping("vllm_engine_kwargs", self.vllm_engine_kwargs)
+
+
+def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
+    name, _, strategy = spec.partition("@")
+    if not name:
+        raise ValueError(f"empty policy spec {spec!r}")
+    return name, strategy or default_strategy
+
+
+def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | ScriptedPolicy:
+    """Build the policy named by a spec."""
+    if name == "oracle":
+        if strategy not in ORACLE_STRATEGIES:
+            raise ValueError(f"the oracle takes strategies {', '.join(ORACLE_STRATEGIES)}; got {strategy!r}")
+        return OracleScriptedPolicy(strategy)
+    if strategy not in MODEL_STRATEGIES:
+        raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+    if name.startswith("vllm:"):
+        from rl_compaction.policies.vllm import VLLMPolicy
+
+        return VLLMPolicy(
+            name.removeprefix("vllm:"),
+            base_url=config.base_url,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            engine_kwargs=config.vllm_engine_kwargs,
+        )
+    if name.startswith("openai:"):
+        from rl_compaction.policies.openai_http import OpenAIPolicy
+
+        return OpenAIPolicy(
+            name.removeprefix("openai:"),
+            base_url=config.base_url,
+            api=config.api,
+            timeout_s=config.request_timeout_s,
+            max_output_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+        )
+    from rl_compaction.policies.local import TransformersPolicy
+
+    return TransformersPolicy(
+        name, max_new_tokens=config.max_new_tokens, temperature=config.temperature, max_batch_size=config.batch_size
+    )
+
+
+def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy, n: int) -> list[CompactionEnv]:
+    harness = None
+    if strategy in HARNESS_STRATEGIES:
+        harness = HARNESS_STRATEGIES[strategy]()
+    elif strategy == "summary":
+        harness = Summary(summarize=_model_summarizer(policy))
+    tokenizer = counter_name(config.tokenizer)
+    envs = []
+    for _ in range(n):
+        env_config = EnvConfig(
+            context_window=config.context_window,
+            compaction_threshold=config.compaction_threshold,
+            compaction_request="" if strategy == "none" else DEFAULT_COMPACTION_REQUEST,
+            max_turns=config.max_turns,
+            tokenizer=tokenizer,
+            cache_preset=config.cache_preset,
+        )
+        envs.append(
+            CompactionEnv(
+                config.family,
+                split=config.split,
+                difficulty=Difficulty(config.scale, config.level),
+                config=env_config,
+                strategy=harness,
+            )
+        )
+    return envs
+
+
+SUMMARY_REQUEST = (
+    "Write a summary of the work so far that lets you continue the task without the earlier turns: "
+    "keep every fact, identifier and number you still need exactly. Reply with the summary only."
+)
+
+
+def _model_summarizer(policy: Policy | ScriptedPolicy):
+    """The `Summary` hook backed by the evaluated model itself (one extra model call)."""
+    if isinstance(policy, ScriptedPolicy):
+        raise ValueError("the summary strategy needs a model policy")
+
+    def summarize(state: list[dict[str, Any]], env: CompactionEnv) -> str:
+        obs = {
+            "instructions": "You summarise an agent's working context.",
+            "tools": [],
+            "state": state + [{"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
+        }
+        turn = policy.act([obs])[0]
+        ids = turn.prompt_ids or env.counter.input_ids(obs["instructions"], [], obs["state"])
+        env.ledger.record(
+            ids, turn.completion_ids if turn.completion_ids is not None else env.counter.output_tokens(turn.items)
+        )
+        return "\n".join(x["content"] for x in turn.items if x.get("type") == "message") or (turn.text or "")
+
+    return summarize
+
+
+def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Success with a 95% interval, score, cost and its parts, cache reuse, context, edits, time."""
+    n = len(records)
+    infos = [r.info for r in records]
+    ledgers = [i["ledger"] for i in infos]
+    wins = sum(bool(i["success"]) for i in infos)
+    lo, hi = wilson_interval(wins, n)
+
+    def avg(values: list[float]) -> float:
+        return mean(values) if values else 0.0
+
+    evolve_calls = [sum(1 for row in i["ledger_rows"] if row["evolve_applied"] is not None) for i in infos]
+    solved = [x["cost"] for i, x in zip(infos, ledgers, strict=True) if i["success"]]
+    usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
+    return {
+        "policy": name,
+        "episodes": n,
+        "success_rate": wins / n if n else 0.0,
+        "success_ci95": [lo, hi],
+        "mean_score": avg([i["score"] for i in infos]),
+        "mean_cost": avg([x["cost"] for x in ledgers]),
+        "cost_ci95": list(mean_interval([x["cost"] for x in ledgers])),
+        # cost at equal success: over the solved episodes only (failures end early or late, so their
+        # cost says little), with its interval
+        "mean_cost_solved": avg(solved) if solved else None,
+        "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
+        "cost_parts": {k: avg([x["cost_parts"][k] for x in ledgers]) for k in COST_PARTS},
+        "cached_share": avg([x["cached_share"] for x in ledgers]),
+        "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
+        "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
+        "selection_share": selection_share(infos),
+        "asked_share": asked_share(infos),
+        "targeted_share": targeted_share(infos),
+        "evolve_failures_per_episode": avg([x["evolve_failures"] for x in ledgers]),
+        "evolve_failure_rate": (sum(x["evolve_failures"] for x in ledgers) / sum(evolve_calls))
+        if sum(evolve_calls)
+        else 0.0,
+        "truncated": sum(i["truncated_reason"] is not None for i in infos),
+        "mean_turns": avg([i["turns"] for i in infos]),
+        "mean_wall_s": avg([r.wall_s for r in records]),
+        "provider_usage": {
+            # a count that is not an int (a server's bad usage, kept by an older version) is skipped
+            k: sum(v for u in usage if isinstance(v := u.get(k), int) and not isinstance(v, bool))
+            for k in ("input_tokens", "cached_tokens", "output_tokens")
+        }
+        if usage
+        else None,
+    }
+
+
+def format_metrics(rows: list[dict[str, Any]]) -> str:
+    header = [
+        "policy",
+        "success (95% CI)",
+        "score",
+        "cost",
+        "uncached",
+        "cached",
+        "output",
+        "write",
+        "attention",
+        "kv read",
+        "cost|solved",
+        "cache%",
+        "peak ctx",
+        "compact/ep",
+        "targeted%",
+        "select%",
+        "asked%",
+        "evolve fail",
+        "wall s/ep",
+    ]
+    table = [header]
+    for r in rows:
+        lo, hi = r["success_ci95"]
+        parts = r["cost_parts"]
+        table.append(
+            [
+                r["policy"],
+                f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
+                f"{r['mean_score']:.3f}",
+                f"{r['mean_cost']:,.0f}",
+                f"{parts['uncached_input']:,.0f}",
+                f"{parts['cached_input']:,.0f}",
+                f"{parts['output']:,.0f}",
+                f"{parts['cache_write']:,.0f}",
+                f"{parts['attention']:,.0f}",
+                f"{parts['kv_read']:,.0f}",
+                "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
+                f"{r['cached_share']:.0%}",
+                f"{r['peak_context']:,.0f}",
+                f"{r['compactions_per_episode']:.1f}",
+                format_share(r.get("targeted_share")),
+                format_share(r.get("selection_share")),
+                format_share(r.get("asked_share")),
+                f"{r['evolve_failure_rate']:.0%}",
+                f"{r['mean_wall_s']:.1f}",
+            ]
+        )
+    legend = (
+        "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
+        "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
+        "generated tokens reading the KV cache of the context); cost|solved = mean cost over the solved episodes only; "
+        "cache% = share of input tokens read from the cache; "
+        "targeted% = share of the model's applied edits that left exactly what the oracle's targeted edit leaves "
+        "(the cheap edit); select% = share of them that only selected items (each returned item unchanged); "
+        "asked% = share of them that answered a compaction request (the rest were made unasked)"
+    )
+    return render_table(table) + "\n" + legend
+
+
+def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # The legend sits below the axes: policy names (checkpoint paths) are long, and points at equal
+    # success would have their labels collide inside the plot.
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.22 * len(rows)))
+    for i, r in enumerate(rows):
+        lo, hi = r["success_ci95"]
+        y = r["success_rate"]
+        # hollow markers, each a size smaller than the one before: rows at the same point (a learned
+        # row equal to its warm start) stay visible one inside the other
+        ax.errorbar(
+            r["mean_cost"],
+            y,
+            yerr=[[y - lo], [hi - y]],
+            fmt="os^Dv"[i % 5],
+            capsize=4,
+            markersize=max(4.0, 11.0 - 1.5 * i),
+            markerfacecolor="none",
+            markeredgewidth=1.8,
+            label=r["policy"],
+        )
+    ax.set_xlabel("mean total cost per episode (input-token equivalents)")
+    ax.set_ylabel("success rate (95% Wilson interval)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
+    """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    out = check_output_dir(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes_path = out / "episodes.jsonl"
+    if episodes_path.exists() and not resume:
+        raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
+    settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
+    done = _resume(episodes_path, settings) if episodes_path.exists() else {}
+    seeds = list(range(config.seed_start, config.seed_start + config.episodes))
+
+    get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
+    rows, by_policy = [], {}
+    for spec in config.policies:
+        name, strategy = split_spec(spec, config.strategy)
+        label = f"{name}@{strategy}"
+        records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
+        todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
+        if todo:
+            policy = make_policy(name, strategy, config)
+            policy.name = label
+            with progress_bar(len(todo), label) as bar:
+                for start in range(0, len(todo), config.batch_size):
+                    batch = todo[start : start + config.batch_size]
+                    with closing_envs(make_envs(config, strategy, policy, len(batch))) as envs:
+                        new = rollout(
+                            policy,
+                            envs,
+                            batch,
+                            episode_ids=[0] * len(batch),
+                            settings={**settings, "strategy": strategy},
+                            on_step=bar.update,
+                        )
+                    write_jsonl(episodes_path, new)
+                    records.extend(new)
+            if isinstance(policy, Policy):
+                policy.close()
+        row = policy_metrics(label, sorted(records, key=lambda r: r.task_seed))
+        rows.append(row)
+        by_policy[label] = row
+    table = format_metrics(rows)
+    title = f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
+    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", title)
+    metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    if use_wandb:
+        log_to_wandb(config, rows, plot, episodes_path)
+    return {"table": table, "metrics": metrics, "plot": plot, "episodes": episodes_path}
+
+
+#: Settings that only choose which episodes run (or how many at once), not how one runs: a resume
+#: may change them. Every other setting must match the episodes already in the file.
+RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s", "vllm_engine_kwargs")
+
+
+def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
+    """The episodes already in `path`, by key, after checking they were run with `settings`
+    (else ValueError: mixing runs would make the metrics meaningless). A partial last line, left
+    by a run killed mid-write, is cut off so that the next record starts on its own line."""
+    done: dict[str, EpisodeRecord] = {}
+    try:
+        for record in read_jsonl(path):
+            done[record.key] = record
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(
+            f"{path} line {len(done) + 1} is not an episode record ({clip(str(e), 120)}); "
+            "fix or remove it, or choose another --output-dir"
+        ) from None
+    for record in done.values():
+        if "env" in record.settings:  # written before EvalConfig.env was renamed family
+            record.settings["family"] = record.settings.pop("env")
+        keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
+        changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
+        if changed:
+            diff = ", ".join(f"{k}={record.settings.get(k)!r} (now {settings.get(k)!r})" for k in changed[:4])
+            raise ValueError(
+                f"{path} holds episodes run with other settings: {diff}; "
+                "resume with the same settings or choose another --output-dir"
+            )
+    _cut_partial_last_line(path)
+    return done
+
+
+def _cut_partial_last_line(path: Path) -> None:
+    """Truncate `path` after its last newline (reading backwards: the file can be large)."""
+    with path.open("rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            if (i := chunk.rfind(b"\n")) >= 0:
+                pos = start + i + 1
+                break
+            pos = start
+        if pos < end:
+            f.truncate(pos)
+
+
+def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, episodes: Path) -> None:
+    """Log the comparison to Weights & Biases; offline (no account needed) unless WANDB_MODE says otherwise."""
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "rl-compaction"),
+        job_type="eval",
+        mode=mode,
+        config=asdict(config),
+        dir=config.output_dir,
+    )
+    columns = [
+        "policy",
+        "success_rate",
+        "ci_low",
+        "ci_high",
+        "mean_score",
+        "mean_cost",
+        "cached_share",
+        "peak_context",
+        "compactions_per_episode",
+        "targeted_share",
+        "selection_share",
+        "asked_share",
+        "evolve_failure_rate",
+        "mean_wall_s",
+    ]
+    table = wandb.Table(columns=columns)
+    for r in rows:
+        table.add_data(
+            r["policy"],
+            r["success_rate"],
+            *r["success_ci95"],
+            r["mean_score"],
+            r["mean_cost"],
+            r["cached_share"],
+            r["peak_context"],
+            r["compactions_per_episode"],
+            r.get("targeted_share"),
+            r["selection_share"],
+            r.get("asked_share"),
+            r["evolve_failure_rate"],
+            r["mean_wall_s"],
+        )
+        run.summary[f"{r['policy']}/success_rate"] = r["success_rate"]
+        run.summary[f"{r['policy']}/mean_cost"] = r["mean_cost"]
+    run.log({"eval/policies": table, "eval/success_vs_cost": wandb.Image(str(plot))})
+    artifact = wandb.Artifact(f"eval-{config.family}-{config.split}", type="episodes")
+    artifact.add_file(str(episodes))
+    run.log_artifact(artifact)
+    run.finish()

@@ -1,0 +1,638 @@
+"""`CompactionEnv`: a Gymnasium environment around one Task, with an editable State.
+
+The env owns the working context (the State, which evolve may rewrite), the full history
+(append-only, never edited), the task tools plus `evolve` and `submit`, the context window
+and compaction threshold, the turn / token / time limits, and the accounting ledger.
+
+Observation: ``{"instructions": str, "tools": [tool definitions], "state": State}`` (the model
+input is exactly these three). Action: one model turn, either a list of Responses output items
+(an assistant message and/or function calls) or ``{"items": [...], "input_ids": [...],
+"output_ids": [...]}`` carrying the token ids the policy really used. Reward: the task score
+in [0, 1] when the episode ends (the training reward module adds cost terms).
+
+Robustness: whatever the model wrote, `step` does not raise. A malformed function call (no name,
+arguments that are not a JSON object, ...) is answered with an error tool output; other malformed
+items are ignored and logged as a ``malformed_action`` event. Only an action whose envelope is
+wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) raises
+`InvalidAction`, and then nothing changes, not even the turn count. After the episode ends
+(terminated or truncated) `step` raises Gymnasium's `ResetNeeded`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+
+from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
+from rl_compaction.core.sandbox import SandboxLimits, run_evolve
+from rl_compaction.core.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
+from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
+from rl_compaction.protocol.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
+
+HARNESS_RULES = (
+    "Work step by step with the tools. When you are done, call `submit` with your final answer; "
+    "the episode ends there and only the answer is scored. Your context window is {window} tokens; "
+    "the harness may ask you to compact it."
+)
+DEFAULT_COMPACTION_REQUEST = (
+    "[harness] Your context holds {tokens} of {window} tokens. Compact it now with the evolve tool: keep "
+    "what you still need exactly and remove or shorten the rest."
+)
+DEFAULT_CONTINUE_NUDGE = "[harness] Continue the task with the tools, or call submit with your final answer."
+
+
+@dataclass
+class EnvConfig:
+    """Harness settings of one episode.
+
+    context_window: input tokens the model can take; an input over it ends the episode (truncated).
+    compaction_threshold: input tokens at which the harness asks for compaction (or runs its
+        strategy); default 75% of the window.
+    compaction_request: wording of the request ({tokens}, {window} are filled in); "" disables it.
+    request_role: role of the request message ("user" or "developer"), appended at the end.
+    rearm_tokens: after an edit, the harness asks again (or runs its strategy again) only once the
+        input has grown this much past its post-edit size (default a quarter of the gap between
+        threshold and window), so an edit that stays above the threshold is not re-requested
+        every turn.
+    max_turns / max_output_tokens / max_wall_s: episode limits (truncated when reached).
+    tokenizer: token counter name (see `rl_compaction.accounting.get_counter`).
+    cache_preset: cache model preset from configs/accounting.yaml.
+    success_threshold: a score at or above it counts as success.
+    """
+
+    context_window: int = 32_768
+    compaction_threshold: int | None = None
+    compaction_request: str = DEFAULT_COMPACTION_REQUEST
+    request_role: str = "user"
+    rearm_tokens: int | None = None
+    continue_nudge: str = DEFAULT_CONTINUE_NUDGE
+    max_turns: int = 400
+    max_output_tokens: int = 200_000
+    max_wall_s: float | None = None
+    tokenizer: str = "o200k_base"
+    cache_preset: str = "local"
+    success_threshold: float = 1.0
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ValueError("context_window must be > 0")
+        if self.compaction_threshold is None:
+            self.compaction_threshold = int(self.context_window * 0.75)
+        if not 0 < self.compaction_threshold <= self.context_window:
+            raise ValueError("compaction_threshold must be in (0, context_window]")
+        if self.rearm_tokens is None:
+            self.rearm_tokens = max(1, (self.context_window - self.compaction_threshold) // 4)
+        if self.request_role not in ("user", "developer"):
+            raise ValueError("request_role must be 'user' or 'developer'")
+        if self.max_turns <= 0 or self.max_output_tokens <= 0:
+            raise ValueError("max_turns and max_output_tokens must be > 0")
+
+
+class InvalidAction(ValueError):
+    """An action that is not one model turn (the policy wrapper's bug, not the model's): `step`
+    raises it before changing anything."""
+
+
+@dataclass
+class _Turn:
+    """One model turn read from an action, every item checked: texts of assistant messages,
+    function calls (call, parsed arguments, error to answer with), and notes on ignored items."""
+
+    entries: list[tuple[str, Any]]
+    problems: list[str]
+    input_ids: list[int] | None
+    output_ids: list[int] | None
+
+    @property
+    def calls(self) -> list[tuple[dict[str, Any], dict[str, Any] | None, str | None]]:
+        return [e for kind, e in self.entries if kind == "call"]
+
+    @property
+    def texts(self) -> list[str]:
+        return [e for kind, e in self.entries if kind == "text"]
+
+
+#: A harness strategy: given the State (ending with a pending evolve call) returns evolve code.
+HarnessStrategy = Callable[[State, "CompactionEnv"], str]
+
+
+class JSONSpace(gym.Space):
+    """A space of JSON values checked by a predicate (Gymnasium has no space for structured text)."""
+
+    def __init__(self, check: Callable[[Any], None], example: Callable[[], Any], seed: int | None = None):
+        super().__init__(shape=None, dtype=None, seed=seed)
+        self._check, self._example = check, example
+
+    def contains(self, x: Any) -> bool:
+        try:
+            self._check(x)
+        except (StateError, ValueError, TypeError, KeyError):
+            return False
+        return True
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        return self._example()
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        """Spaces that check and sample with the same functions are the same space (vector envs compare
+        their sub-envs' spaces)."""
+        return isinstance(other, JSONSpace) and (self._check, self._example) == (other._check, other._example)
+
+    def __hash__(self) -> int:
+        return hash((JSONSpace, self._check, self._example))
+
+
+def _check_observation(obs: Any) -> None:
+    if not isinstance(obs, dict) or set(obs) != {"instructions", "tools", "state"}:
+        raise ValueError("observation must be a dict with instructions, tools and state")
+    if not isinstance(obs["instructions"], str) or not isinstance(obs["tools"], list):
+        raise TypeError("bad instructions or tools")
+    validate_state(obs["state"])
+
+
+def _example_observation() -> dict[str, Any]:
+    return {"instructions": "", "tools": [], "state": [{"type": "message", "role": "user", "content": "hi"}]}
+
+
+def _example_action() -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": "Thinking."}]
+
+
+def _check_action(action: Any) -> None:
+    items = action.get("items") if isinstance(action, dict) else action
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise ValueError("an action is a list of output items or a dict with 'items'")
+
+
+def _token_ids(value: Any, name: str) -> list[int] | None:
+    """Token ids of an action as a list of ints >= 0 (numpy arrays and tensors are converted)."""
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(type(x) is int and x >= 0 for x in value):
+        raise InvalidAction(f"{name} must be a list of token ids (ints >= 0), got {clip(quote(value), 80)}")
+    return list(value)
+
+
+class CompactionEnv(gym.Env):
+    """Gymnasium env: one Task per episode, the State as observation, model turns as actions."""
+
+    #: text rendering; render_fps as Gymnasium's toy-text envs declare it (`check_env` warns without one)
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        family: str | TaskFamily = "probe",
+        *,
+        split: str = "train",
+        difficulty: Difficulty | None = None,
+        config: EnvConfig | None = None,
+        strategy: HarnessStrategy | None = None,
+        counter: TokenCounter | None = None,
+        render_mode: str | None = None,
+    ):
+        self.family = get_family(family) if isinstance(family, str) else family
+        self.split = split
+        self.difficulty = difficulty or Difficulty()
+        self.config = config or EnvConfig()
+        self.strategy = strategy
+        self.counter = counter or get_counter(self.config.tokenizer)
+        self.cache_model = get_cache_model(self.config.cache_preset)
+        self.render_mode = render_mode
+        self.observation_space = JSONSpace(_check_observation, _example_observation)
+        self.action_space = JSONSpace(_check_action, _example_action)
+        self.task: Task | None = None
+
+    # ------------------------------------------------------------------ gym API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        """Start an episode on task `seed` of the split (or `options["task_seed"]`)."""
+        super().reset(seed=seed)
+        options = options or {}
+        task_seed = options.get("task_seed", seed)
+        if task_seed is None:
+            task_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self.task_seed = int(task_seed)
+        self.task = self.family.make(self.task_seed, self.split, self.difficulty)
+        self.tools = [*self.task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
+        self.tool_names = {t["name"] for t in self.tools}
+        rules = HARNESS_RULES.format(window=self.config.context_window)
+        self.instructions = system_message(f"{self.task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
+        self.state: State = validate_state(self.task.initial_state())
+        self.history: State = list(self.state)
+        self.ledger = Ledger(self.cache_model)
+        self.turn = 0
+        self.output_tokens = 0
+        self.started = time.monotonic()
+        self.events: list[dict[str, Any]] = []
+        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(self.state)}]
+        self.answer: str | None = None
+        self.score = 0.0
+        self._requested = False
+        self._armed_at = self.config.compaction_threshold
+        self.compaction_requests = 0
+        self._call_counter = 0
+        self._ended = False
+        self._closed = False
+        self._input_ids = self._render()
+        return self._observation(), {
+            "task_seed": self.task_seed,
+            "family": self.family.name,
+            "split": self.split,
+            "input_tokens": len(self._input_ids),
+        }
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        """One model turn. Raises `InvalidAction` (nothing changed) for an action that is not a
+        turn, `ResetNeeded` after the episode ended; the model's own mistakes never raise."""
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        if self._ended:
+            raise ResetNeeded("the episode has ended (terminated or truncated); call reset() to start another")
+        if self._closed:
+            # the family's resources are gone: playing on would quietly restart them (a new JVM) mid-episode
+            raise ResetNeeded("the env was closed; call reset() to start another episode")
+        turn = self._read_action(action)
+        saved = self._bookmark()
+        try:
+            return self._step(turn)
+        except BaseException:
+            self._rewind(saved)
+            raise
+
+    def _step(self, turn: _Turn) -> tuple[dict, float, bool, bool, dict]:
+        self.turn += 1
+        prompt_ids = turn.input_ids if turn.input_ids is not None else self._input_ids
+        n_out = len(turn.output_ids) if turn.output_ids is not None else self._estimate_output_tokens(turn)
+        self.output_tokens += n_out
+        terminated = self._apply_turn(turn, n_out if turn.output_ids is not None else None)
+        applied = self._last_evolve_applied
+
+        truncated_reason = None
+        if not terminated:
+            self._input_ids = self._render()
+            if applied:
+                self._rearm()
+            if len(self._input_ids) >= self._armed_at:
+                self._on_threshold()
+            if len(self._input_ids) > self.config.context_window:
+                truncated_reason = "context_window"
+            elif self.turn >= self.config.max_turns:
+                truncated_reason = "max_turns"
+            elif self.output_tokens >= self.config.max_output_tokens:
+                truncated_reason = "max_output_tokens"
+            elif self.config.max_wall_s is not None and time.monotonic() - self.started > self.config.max_wall_s:
+                truncated_reason = "max_wall_s"
+        # Recorded last: everything that can fail has run, and `_rewind` cannot take a row back.
+        self.ledger.record(prompt_ids, n_out, evolve_call_tokens=self._last_evolve_tokens, evolve_applied=applied)
+        truncated = truncated_reason is not None
+        reward = self.score if terminated else 0.0
+        info: dict[str, Any] = {"turn": self.turn, "input_tokens": len(self._input_ids) if not terminated else None}
+        if terminated or truncated:
+            info.update(self.summary(truncated_reason))
+        self._ended = terminated or truncated
+        return self._observation(), reward, terminated, truncated, info
+
+    _SCALARS = (
+        "state",
+        "turn",
+        "output_tokens",
+        "answer",
+        "score",
+        "_requested",
+        "_armed_at",
+        "compaction_requests",
+        "_call_counter",
+        "_input_ids",
+    )
+
+    def _bookmark(self) -> dict[str, Any]:
+        """What `_rewind` needs to undo a step that raised half-way (a bug in a task or strategy):
+        the env's own fields and the lengths of its append-only lists. The State is never changed
+        in place, so keeping the reference keeps it. (The ledger row is recorded after every step
+        that can fail; what a task keeps inside itself is the task's.)"""
+        saved = {name: getattr(self, name) for name in self._SCALARS}
+        saved["lengths"] = (len(self.history), len(self.events), len(self.state_versions))
+        return saved
+
+    def _rewind(self, saved: dict[str, Any]) -> None:
+        lengths = saved.pop("lengths")
+        for name, value in saved.items():
+            setattr(self, name, value)
+        for items, n in zip((self.history, self.events, self.state_versions), lengths, strict=True):
+            del items[n:]
+
+    def close(self) -> None:
+        """Release the family's resources (e.g. a simulator process); the env may be reset again
+        afterwards, but the episode under way is over (`step` raises until then)."""
+        self._closed = True
+        self.family.close()
+        super().close()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.task is None:
+            return None
+        return json.dumps(self.state, ensure_ascii=False, indent=1)
+
+    # ------------------------------------------------------------------ turn handling
+
+    def _read_action(self, action: Any) -> _Turn:
+        """Check the whole action before anything uses it. The envelope must be right (else
+        InvalidAction); items are the model's text, so a bad one becomes an error tool output
+        (a function call) or a logged problem (anything else), never an exception."""
+        if isinstance(action, dict) and "items" in action:
+            unknown = set(action) - {"items", "input_ids", "output_ids"}
+            if unknown:
+                raise InvalidAction(f"unknown action keys {sorted(map(quote, unknown))}")
+            items = action["items"]
+            input_ids = _token_ids(action.get("input_ids"), "input_ids")
+            output_ids = _token_ids(action.get("output_ids"), "output_ids")
+        else:
+            items, input_ids, output_ids = action, None, None
+        if isinstance(items, dict):
+            items = [items]
+        if not isinstance(items, list):
+            raise InvalidAction(
+                f"an action is a list of output items or a dict with 'items', got {type(items).__name__}"
+            )
+        turn = _Turn([], [], input_ids, output_ids)
+        used = {x.get("call_id") for x in self.history}
+        for item in items:
+            try:
+                check_json_value(item, root="item")
+            except StateError as e:
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    call = self._read_call({}, used)[0]
+                    turn.entries.append(("call", (call, None, f"the call is not valid JSON: {e.rule}")))
+                else:
+                    turn.problems.append(f"ignored an output item that is not valid JSON: {e.rule}")
+                continue
+            if not isinstance(item, dict):
+                turn.problems.append(f"ignored a non-object output item: {quote(item, 80)}")
+                continue
+            kind = item.get("type", "message" if "role" in item else None)
+            if kind == "message":
+                content = item.get("content")
+                turn.entries.append(("text", content if isinstance(content, str) else _plain_text(content)))
+            elif kind == "function_call":
+                turn.entries.append(("call", self._read_call(item, used)))
+            else:
+                turn.problems.append(f"ignored an output item of type {quote(kind)}")
+        return turn
+
+    def _read_call(
+        self, item: dict[str, Any], used: set[Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+        """The call as it enters the State (always valid: a fresh call_id when missing or taken,
+        "unknown" for a missing name, "{}" for bad arguments), its arguments, and the error, if any."""
+        cid, name, raw_args = item.get("call_id"), item.get("name"), item.get("arguments")
+        if not isinstance(cid, str) or not cid or cid in used:
+            cid = self._fresh_call_id(used)
+        used.add(cid)
+        error, args = None, None
+        if not isinstance(name, str) or not name:
+            name, error = "unknown", "the call has no tool name"
+        if not isinstance(raw_args, str):
+            error = error or "arguments must be a JSON object string"
+        else:
+            try:
+                args = loads_json(raw_args, root="arguments")
+            except StateError as e:
+                error = error or f"arguments are not a JSON object ({e.rule})"
+            else:
+                if not isinstance(args, dict):
+                    args, error = None, error or "arguments are not a JSON object"
+        if args is None:
+            raw_args = "{}"
+        call = {"type": "function_call", "call_id": cid, "name": name, "arguments": raw_args}
+        return call, args, error
+
+    def _append(self, *items: dict[str, Any]) -> None:
+        self.state = self.state + list(items)
+        self.history.extend(copy.deepcopy(list(items)))
+
+    def _fresh_call_id(self, used: set[Any] | None = None) -> str:
+        used = {x.get("call_id") for x in self.history} if used is None else used
+        while True:
+            self._call_counter += 1
+            cid = f"call_h{self._call_counter}"
+            if cid not in used:
+                return cid
+
+    def _apply_turn(self, turn: _Turn, evolve_tokens: int | None) -> bool:
+        """Append the model's turn and the harness's answers. Returns True when submitted."""
+        self._last_evolve_tokens, self._last_evolve_applied = 0, None
+        for kind, entry in turn.entries:
+            if kind == "text":
+                self._append({"type": "message", "role": "assistant", "content": entry})
+        if turn.problems:
+            self.events.append({"turn": self.turn, "event": "malformed_action", "detail": turn.problems})
+        calls, texts = turn.calls, turn.texts
+
+        # The design's rule: evolve is the only *call* of its turn (text beside it is fine).
+        evolve_alone = len(calls) == 1
+        for i, (call, args, error) in enumerate(calls):
+            name = call["name"]
+            if error is None and name not in self.tool_names:
+                error = f"unknown tool {quote(name)}; available: {', '.join(sorted(self.tool_names))}"
+            if error is None and name == EVOLVE and not evolve_alone:
+                error = "evolve must be the only tool call in its turn; nothing was changed"
+            if error is None and name == "submit" and not isinstance(args.get("answer"), str):
+                error = "submit takes one argument: answer, a string"
+            if error is not None:
+                self._append(call, _output(call, {"error": error}))
+                self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": error})
+            elif name == EVOLVE:
+                self._evolve(call, evolve_tokens if evolve_tokens is not None else self.counter.call_tokens(call))
+            elif name == "submit":
+                self.score = self._score(args["answer"])
+                self.answer = args["answer"]
+                self._append(call, _output(call, "Answer submitted."))
+                # Calls after submit in the same turn are answered so the State stays valid.
+                for later, _, _ in calls[i + 1 :]:
+                    self._append(later, _output(later, {"error": "not run: the episode ended with submit"}))
+                return True
+            else:
+                try:
+                    out = self.task.call_tool(name, args)
+                except ToolError as e:
+                    out = json.dumps({"error": str(e)})
+                    self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": str(e)})
+                self._append(call, _output(call, out))
+        if not calls:
+            reply = self.task.user_reply(texts[-1] if texts else "")
+            nudge = reply if reply is not None else self.config.continue_nudge
+            self._append({"type": "message", "role": "user", "content": nudge})
+        return False
+
+    def _score(self, answer: str) -> float:
+        """The task's score of an answer; one the checker cannot even parse (a 5000-digit number
+        hits Python's int limit) scores 0 rather than leaving the episode without an end."""
+        try:
+            return float(self.task.score(answer))
+        except (ValueError, OverflowError, RecursionError) as e:
+            self.events.append({"turn": self.turn, "event": "score_error", "error": clip(str(e), 200)})
+            return 0.0
+
+    def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
+        """Run one evolve call through the protocol; the receipt lands in State and history."""
+        asked = self._requested  # a compaction request was pending: the edit answers it
+        before = self.state
+        outcome = apply_evolve(
+            self.state + [call],
+            counter=self.counter,
+            instructions=self.instructions,
+            tools=self.tools,
+            limits=self.config.sandbox,
+            output_weight=self.cache_model.output_weight,
+            evolve_call_tokens=evolve_tokens,
+        )
+        self.history.extend(copy.deepcopy([call, outcome.state[-1]]))
+        self.state = outcome.state
+        if by_harness:
+            self.ledger.record_harness_edit(outcome.applied)
+        else:
+            self._last_evolve_tokens += evolve_tokens
+            self._last_evolve_applied = outcome.applied
+        self._requested = False if outcome.applied else self._requested
+        self.events.append(
+            {
+                "turn": self.turn,
+                "event": "evolve",
+                "by": "harness" if by_harness else "model",
+                "selection": outcome.selection,
+                "asked": asked,
+                "targeted": None if by_harness or not outcome.applied else self._as_oracle(before, call, outcome.state),
+                **outcome.receipt,
+            }
+        )
+        if outcome.applied:
+            self.state_versions.append(
+                {
+                    "turn": self.turn,
+                    "reason": "evolve",
+                    "code": json.loads(call["arguments"])["code"],
+                    "state": copy.deepcopy(self.state),
+                }
+            )
+
+    def _as_oracle(self, before: State, call: dict[str, Any], after: State) -> bool | None:
+        """Whether an applied edit left exactly what the task oracle's own targeted edit leaves on the same
+        State (the cheap edit by content); None where the family's oracle has no targeted edit."""
+        code = self.task.oracle().evolve_code(before)
+        if code is None:
+            return None
+        result = run_evolve(before + [call], code, self.config.sandbox)
+        return result.ok and result.state == after[:-1]
+
+    def _on_threshold(self) -> None:
+        """At the threshold: run the harness strategy if there is one, else ask the model (once)."""
+        tokens = len(self._input_ids)
+        if self.strategy is not None:
+            call = {"type": "function_call", "call_id": self._fresh_call_id(), "name": EVOLVE, "arguments": "{}"}
+            code = self.strategy(self.state + [call], self)
+            call["arguments"] = json.dumps({"code": code}, ensure_ascii=False)
+            self._evolve(call, 0, by_harness=True)
+            self.events.append({"turn": self.turn, "event": "harness_compaction", "input_tokens": tokens})
+            self._input_ids = self._render()
+            self._rearm()
+            return
+        if self._requested or not self.config.compaction_request:
+            return
+        text = self.config.compaction_request.format(tokens=tokens, window=self.config.context_window)
+        self._append({"type": "message", "role": self.config.request_role, "content": text})
+        self._requested = True
+        self.compaction_requests += 1
+        self.events.append({"turn": self.turn, "event": "compaction_request", "input_tokens": tokens})
+        self._input_ids = self._render()
+
+    # ------------------------------------------------------------------ accounting and reports
+
+    def _rearm(self) -> None:
+        """After an edit: fire again only once the input has grown `rearm_tokens` past its new size."""
+        self._armed_at = max(self.config.compaction_threshold, len(self._input_ids) + self.config.rearm_tokens)
+
+    @property
+    def pending_compaction_request(self) -> int:
+        """The number of the compaction request the model has not yet answered with an applied edit, or 0."""
+        return self.compaction_requests if self._requested else 0
+
+    def _render(self) -> list[int]:
+        return self.counter.input_ids(self.instructions, self.tools, self.state)
+
+    def _estimate_output_tokens(self, turn: _Turn) -> int:
+        n = sum(self.counter.call_tokens(call) for call, _, _ in turn.calls)
+        return n + sum(self.counter.text_tokens(text) for text in turn.texts)
+
+    def _observation(self) -> dict[str, Any]:
+        return {"instructions": self.instructions, "tools": self.tools, "state": copy.deepcopy(self.state)}
+
+    def summary(self, truncated_reason: str | None = None) -> dict[str, Any]:
+        """End-of-episode info: score, success, the ledger (rows and totals) and harness events."""
+        return {
+            "score": self.score,
+            "success": self.answer is not None and self.score >= self.config.success_threshold,
+            "answer": self.answer,
+            "truncated_reason": truncated_reason,
+            "turns": self.turn,
+            "ledger": self.ledger.totals(),
+            **edit_counts(self.events),
+            "ledger_rows": [row.to_dict() for row in self.ledger.rows],
+            "events": self.events,
+            "task_seed": self.task_seed,
+            "config": {k: v for k, v in asdict(self.config).items() if k != "sandbox"},
+        }
+
+
+def edit_counts(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The model's applied edits (`model_edits`), how many of them only selected (`selection_edits`,
+    `rl_compaction.protocol.evolve.is_selection`), how many answered a pending compaction request
+    (`asked_edits`; the others were made unasked, while the window still had room) and how many left
+    exactly what the task oracle's targeted edit leaves (`targeted_edits`), from an episode's events."""
+    edits = [e for e in events if e["event"] == "evolve" and e.get("by") == "model" and e.get("applied")]
+    return {
+        "model_edits": len(edits),
+        "selection_edits": sum(bool(e.get("selection")) for e in edits),
+        "asked_edits": sum(bool(e.get("asked")) for e in edits),
+        "targeted_edits": sum(bool(e.get("targeted")) for e in edits),
+    }
+
+
+def _output(call: dict[str, Any], payload: Any) -> dict[str, Any]:
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return {"type": "function_call_output", "call_id": call["call_id"], "output": text}
+
+
+def _plain_text(content: Any) -> str:
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    return "\n".join(str(p.get("text") or p.get("refusal") or "") for p in content if isinstance(p, dict))
+
+
+def register_envs() -> None:
+    """Register every task family as ``rl_compaction/<family>-v0`` with Gymnasium."""
+    for name in family_names():
+        env_id = f"rl_compaction/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(
+                env_id,
+                entry_point="rl_compaction.harness.env:CompactionEnv",
+                kwargs={"family": name},
+                disable_env_checker=True,
+            )
+
+
+register_envs()

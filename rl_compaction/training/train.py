@@ -1,0 +1,69 @@
+"""GRPO training entry point, TRL style:
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml \\
+        -m rl_compaction.training.train --config configs/train/tiny-cpu.yaml [--max_steps 2 ...]
+    rl-compaction train --config configs/train/tiny-cpu.yaml
+
+The YAML holds `CompactionGRPOConfig` fields (TRL's GRPOConfig plus env and reward settings) and
+TRL's `ModelConfig` fields (model_name_or_path, dtype, use_peft, lora_*); command-line flags
+override it. The model is any local path or a name `rl_compaction.models.registry.resolve_model` knows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from rl_compaction.core.outputs import resolve_resume
+from rl_compaction.models.registry import load_pretrained
+from rl_compaction.training.sft import write_model_card
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+from rl_compaction.training.wandb_resume import continue_wandb_run
+
+
+def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> CompactionGRPOTrainer:
+    model, tokenizer = load_pretrained(
+        model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
+    )
+    return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
+
+
+#: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else
+CONFIG_HELP = (
+    "Fields come from TRL's dataclasses below; --config FILE.yaml reads them from a YAML file "
+    "(configs/), and flags given after it override the file's values."
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP)
+    args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
+    if model_args.model_name_or_path is None:
+        parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    if "wandb" in (args.report_to or []):
+        os.environ.setdefault("WANDB_DIR", args.output_dir)  # the run's files beside its checkpoints, not in ./wandb
+        if not os.environ.get("WANDB_API_KEY"):
+            os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
+        if args.resume_from_checkpoint:
+            continue_wandb_run(args.resume_from_checkpoint)
+    trainer = build_trainer(args, model_args)
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.save_model(args.output_dir)  # a PEFT run saves its adapter, as TRL's scripts do
+    if trainer.accelerator.is_main_process:
+        write_model_card(trainer, Path(args.output_dir), model_args.model_name_or_path)
+    if "wandb" in (args.report_to or []):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+        wandb.teardown()  # a later run in this process reads its W&B settings (run id, mode) afresh
+    if trainer.accelerator.is_main_process:
+        print(f"saved the trained model to {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

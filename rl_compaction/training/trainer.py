@@ -1,0 +1,498 @@
+"""GRPO over whole episodes, on TRL.
+
+TRL's GRPOTrainer samples one completion per prompt (its tool loop only appends), so it
+cannot express an edit of the context. We keep everything else of it (losses, KL to a
+reference model, PEFT, vLLM colocate/server generation, accelerate/DeepSpeed/FSDP, checkpoints,
+logging) and replace one method, `_generate_and_score_completions`:
+
+1. Each dataset row names a task (family, seed); the RepeatSampler gives each task G rows, so
+   G episodes of the same instance form a group. All episodes of the batch run in lockstep in
+   `CompactionEnv`, sampled through TRL's own generation (`_generate_single_turn`: vLLM when
+   `use_vllm`, else transformers), so the prompt ids and sampled ids are exact.
+2. Episode reward r_i = `episode_reward(info)` (score, success bonus, cost, penalties), and one
+   advantage per episode, normalised within its group of G (as TRL's `scale_rewards`):
+       A_i = (r_i - mean_group(r)) / (std_group(r) + 1e-4)      ("group"; "batch": std over the batch)
+3. The episode is cut into segments (`rl_compaction.training.segments`): rows whose prompt is the first
+   prompt of the row and whose "completion" holds the sampled tokens (trained) interleaved with
+   what the harness added (masked through TRL's `tool_mask`). Every row carries A_i.
+4. TRL's loss then runs unchanged. Only token-level losses are allowed (`dapo`, `cispo`, `bnpo`):
+       L = - sum_{rows, t} mask_t * min(rho_t A, clip(rho_t) A) / (number of trained tokens)
+   so an episode weighs by its trained tokens, never by how many segments an edit cut it into
+   (per-sequence means, as in `grpo`, would weight every segment like an episode).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import pad
+
+from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
+from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
+from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
+from rl_compaction.harness.tasks import Difficulty, family_names
+from rl_compaction.training.reward import RewardConfig, episode_reward
+from rl_compaction.training.segments import Segment, build_segments
+from rl_compaction.training.wandb_resume import WandbRunIdCallback
+
+TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
+
+
+@dataclass
+class CompactionGRPOConfig(GRPOConfig):
+    """GRPOConfig plus the environment and reward settings (all TRL fields keep their meaning;
+    `max_completion_length` is the token budget of one model turn, `num_generations` is G)."""
+
+    families: list[str] = field(default_factory=lambda: ["probe"], metadata={"help": "Task families to train on."})
+    family_weights: list[float] | None = field(
+        default=None, metadata={"help": "Sampling weights of `families` (mixture); uniform if unset."}
+    )
+    train_tasks: int = field(default=256, metadata={"help": "Task seeds drawn from the train split."})
+    eval_tasks: int = field(default=16, metadata={"help": "Task seeds from the validation split for evaluation."})
+    difficulty_scale: float = field(default=1.0, metadata={"help": "Tool-output volume (1.0: > 32k tokens)."})
+    difficulty_level: int = field(default=2, metadata={"help": "Difficulty level 1-3."})
+    context_window: int = field(default=32_768, metadata={"help": "Context window of the agent (tokens)."})
+    compaction_threshold: int | None = field(
+        default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75%% of window)."}
+    )
+    max_turns: int = field(default=64, metadata={"help": "Model turns per episode."})
+    cache_preset: str = field(default="local", metadata={"help": "Cache model preset (configs/accounting.yaml)."})
+    reward_score_weight: float = field(default=1.0, metadata={"help": "Weight of the task score."})
+    reward_success_bonus: float = field(default=0.5, metadata={"help": "Bonus for a successful episode."})
+    reward_cost_weight: float = field(default=0.2, metadata={"help": "Weight of min(cost / cost_scale, 1)."})
+    reward_cost_scale: float = field(default=200_000.0, metadata={"help": "Cost (input-token eq.) that costs 1."})
+    reward_evolve_failure_penalty: float = field(default=0.05, metadata={"help": "Per rejected evolve call."})
+    reward_malformed_call_penalty: float = field(default=0.025, metadata={"help": "Per malformed tool call."})
+    reward_window_penalty: float = field(default=0.2, metadata={"help": "When the context window was hit."})
+    reward_limit_penalty: float = field(
+        default=0.2, metadata={"help": "When the turn, output or time limit ended the episode unsubmitted."}
+    )
+    log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_generations, int) and self.num_generations < 2:
+            # TRL divides by it (a ZeroDivisionError for 0); a group of one has no baseline either
+            raise ValueError(f"num_generations must be >= 2 (episodes per task group), got {self.num_generations}")
+        super().__post_init__()
+        check_output_dir(self.output_dir)
+        if self.loss_type not in TOKEN_LEVEL_LOSSES:
+            raise ValueError(
+                f"loss_type {self.loss_type!r} normalises per row, so the number of segments of an episode would "
+                f"weight it; use one of {', '.join(TOKEN_LEVEL_LOSSES)}"
+            )
+        if self.importance_sampling_level != "token":
+            raise ValueError("importance_sampling_level must be 'token' (a segment is not a whole sequence)")
+        if (
+            self.use_vllm
+            and self.vllm_importance_sampling_correction
+            and (self.vllm_importance_sampling_mode != "token_truncate")
+        ):
+            raise ValueError(
+                "vllm_importance_sampling_mode must be 'token_truncate': the ratio is applied per sampled token "
+                "(a segment is not a whole sequence)"
+            )
+        if self.log_completions:
+            raise ValueError("log_completions logs TRL's single-turn completions; use log_episodes for episodes")
+        self._check_tasks()
+        _ = self.reward_config  # validates the reward weights now, not at the first step
+
+    def _check_tasks(self) -> None:
+        """Task settings fail here, before a model is loaded, rather than at the first rollout."""
+        known = family_names()
+        unknown = [f for f in self.families if f not in known]
+        if not self.families or unknown:
+            raise ValueError(f"unknown task families {unknown or '(none given)'}; registered: {', '.join(known)}")
+        if self.family_weights is not None:
+            if len(self.family_weights) != len(self.families):
+                raise ValueError("family_weights needs one weight per family")
+            if min(self.family_weights) < 0 or sum(self.family_weights) <= 0:
+                raise ValueError(f"family_weights must be >= 0 with a positive sum, got {self.family_weights}")
+        if self.train_tasks <= 0 or self.eval_tasks <= 0:
+            raise ValueError("train_tasks and eval_tasks must be > 0")
+        Difficulty(self.difficulty_scale, self.difficulty_level)
+        self.env_config()
+        get_cache_model(self.cache_preset)
+
+    @property
+    def reward_config(self) -> RewardConfig:
+        return RewardConfig(
+            score_weight=self.reward_score_weight,
+            success_bonus=self.reward_success_bonus,
+            cost_weight=self.reward_cost_weight,
+            cost_scale=self.reward_cost_scale,
+            evolve_failure_penalty=self.reward_evolve_failure_penalty,
+            malformed_call_penalty=self.reward_malformed_call_penalty,
+            window_penalty=self.reward_window_penalty,
+            limit_penalty=self.reward_limit_penalty,
+        )
+
+    def env_config(self) -> EnvConfig:
+        return EnvConfig(
+            context_window=self.context_window,
+            compaction_threshold=self.compaction_threshold,
+            max_turns=self.max_turns,
+            cache_preset=self.cache_preset,
+        )
+
+
+def task_dataset(families: list[str], weights: list[float] | None, split: str, n: int, seed: int) -> Dataset:
+    """Rows naming tasks: (family, task_seed) drawn with the mixture weights; `prompt` is for TRL's bookkeeping."""
+    rng = random.Random(seed)
+    picks = rng.choices(families, weights=weights, k=n)
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{family} task {i}"}], "family": family, "task_seed": i}
+        for i, family in enumerate(picks)
+    ]
+    return Dataset.from_list(rows)
+
+
+def _ended(completion: list[int], stop_ids: set[int]) -> bool:
+    """Whether a sampled turn ended on its own (EOS) rather than at the token budget."""
+    return bool(completion) and completion[-1] in stop_ids
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group") -> torch.Tensor:
+    """A_i = (r_i - mean of its group) / (std + 1e-4); std of the group ("group"), of the whole
+    batch ("batch"), or none ("none"). Consecutive `group_size` rewards form a group."""
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.view(-1, group_size)
+    advantages = rewards - grouped.mean(dim=1).repeat_interleave(group_size)
+    if scale == "group":
+        advantages = advantages / (grouped.std(dim=1).repeat_interleave(group_size) + 1e-4)
+    elif scale == "batch":
+        advantages = advantages / (rewards.std() + 1e-4)
+    elif scale != "none":
+        raise ValueError(f"unknown scale_rewards {scale!r}; use group, batch or none")
+    return advantages
+
+
+def episode_reward_func(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    """TRL's GRPOTrainer takes reward functions; here the reward is of a whole episode
+    (`CompactionGRPOTrainer.reward_fn`), computed once it ends, so TRL never calls this. Its name
+    names the reward in TRL's metrics (``rewards/episode_reward_func/mean`` and ``/std``)."""
+    raise RuntimeError("episode rewards come from CompactionGRPOTrainer.reward_fn; TRL does not score turns here")
+
+
+class TRLGenerationPolicy(Policy):
+    """Samples turns through the trainer's own generation path (vLLM or transformers), so
+    weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
+
+    def __init__(self, trainer: GRPOTrainer):
+        self.trainer, self.tokenizer, self.name = trainer, trainer.processing_class, "trl"
+
+    def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        from rl_compaction.core import chat_format
+
+        prompts = [
+            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
+        ]
+        if not prompts:  # this process is done but others are not: join the collective generation
+            self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
+            return []
+        completions, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
+        return turns_from_ids(self.tokenizer, prompts, completions, logprobs)
+
+
+class CompactionGRPOTrainer(GRPOTrainer):
+    """GRPO on whole `CompactionEnv` episodes (see the module docstring for the algorithm)."""
+
+    def __init__(
+        self,
+        model: Any,
+        args: CompactionGRPOConfig,
+        *,
+        train_dataset: Dataset | None = None,
+        eval_dataset: Dataset | None = None,
+        processing_class: Any = None,
+        peft_config: Any = None,
+        callbacks: list | None = None,
+        reward_fn: Callable[[EpisodeRecord], dict[str, float]] | None = None,
+    ):
+        """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
+        `episode_reward(record.info, args.reward_config)`, e.g. to add reward terms; every
+        component is logged under reward/."""
+        if train_dataset is None:
+            train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
+        if eval_dataset is None and args.eval_strategy != "no":
+            eval_dataset = task_dataset(
+                args.families, args.family_weights, "validation", args.eval_tasks, args.seed + 1
+            )
+        super().__init__(
+            model=model,
+            reward_funcs=[episode_reward_func],
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+        if self.use_vllm and args.vllm_mode == "colocate":
+            from rl_compaction.training.vllm_sync import runs_on_cpu, sync_weights_by_reload
+
+            if runs_on_cpu():  # TRL's per-tensor load fails there; vLLM's reload does not (vllm_sync)
+                generation = self.vllm_generation
+                generation.sync_weights = lambda: sync_weights_by_reload(generation)
+        if "wandb" in (args.report_to or []):
+            self.add_callback(WandbRunIdCallback())  # a resumed run continues this W&B run
+        # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
+        self.counter = ChatTemplateCounter(self.processing_class, template_kwargs=args.chat_template_kwargs)
+        self.last_records: list[EpisodeRecord] = []
+        self.reward_fn = reward_fn or (lambda record: episode_reward(record.info, args.reward_config))
+
+    # -------------------------------------------------------------- rollouts and rows
+
+    def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[CompactionEnv]:
+        args: CompactionGRPOConfig = self.args
+        difficulty = Difficulty(args.difficulty_scale, args.difficulty_level)
+        return [
+            CompactionEnv(
+                x["family"], split=split, difficulty=difficulty, config=args.env_config(), counter=self.counter
+            )
+            for x in inputs
+        ]
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        device = self.accelerator.device
+        mode = "train" if self.model.training else "eval"
+        args: CompactionGRPOConfig = self.args
+        split = "train" if mode == "train" else "validation"
+        with closing_envs(self._make_envs(inputs, split)) as envs:
+            records = rollout(
+                TRLGenerationPolicy(self),
+                envs,
+                [int(x["task_seed"]) for x in inputs],
+                settings={"mode": mode, "step": self.state.global_step},
+                any_active=self._any_active,
+            )
+        self.last_records = records
+        rewards = [self.reward_fn(r) for r in records]
+
+        # One advantage per episode, normalised within its group of G (groups may span processes).
+        local = torch.tensor([r["reward"] for r in rewards], dtype=torch.float32, device=device)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages = group_advantages(self.accelerator.gather(local), G, self.scale_rewards)
+        start = self.accelerator.process_index * len(inputs)
+        advantages = advantages[start : start + len(inputs)]
+
+        rows: list[tuple[Segment, float]] = []
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        for record, advantage in zip(records, advantages.tolist(), strict=True):
+            calls = [(inv.prompt_ids, inv.completion_ids, inv.logprobs) for inv in record.invocations]
+            # TRL's mask_truncated_completions: a turn cut off at max_completion_length is not trained
+            trained = [not self.mask_truncated_completions or _ended(c, stop_ids) for _, c, _ in calls]
+            rows.extend((s, advantage) for s in build_segments(calls, trained))
+        # Episodes yield different numbers of rows on each process. Every process must run the same
+        # number of forward passes (FSDP and ZeRO-3 gather parameters in each one, so a process with
+        # fewer chunks would leave the others waiting), and TRL splits the batch into
+        # steps_per_generation equal micro-batches: pad with empty rows (nothing trained) to a common
+        # count that steps_per_generation divides.
+        target = int(self.accelerator.gather(torch.tensor([len(rows)], device=device)).max().item())
+        if mode == "train":
+            target = -(-target // args.steps_per_generation) * args.steps_per_generation
+        pad_id = self._tokenizer.pad_token_id
+        rows += [(Segment([pad_id], [pad_id], [0], [0.0]), 0.0)] * (target - len(rows))
+        batch = self._rows_to_tensors(rows, device)
+        self._log_episode_metrics(mode, records, rewards, rows)
+        self._log_trl_metrics(mode, records, self.accelerator.gather(local), G)
+        return batch
+
+    def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
+        """The metrics TRL's own GRPO logs, over episodes (rewards) and model turns (completions)."""
+        mean, std = rewards.mean().item(), rewards.std().item() if rewards.numel() > 1 else 0.0
+        zero_std = (rewards.view(-1, group).std(dim=1) < 1e-6).float().mean().item()
+        for key, value in (("reward", mean), ("reward_std", std), ("frac_reward_zero_std", zero_std)):
+            self._metrics[mode][key].append(value)
+        self._metrics[mode]["rewards/episode_reward_func/mean"].append(mean)
+        self._metrics[mode]["rewards/episode_reward_func/std"].append(std)
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        turns = [(len(inv.prompt_ids), inv.completion_ids) for r in records for inv in r.invocations]
+        local = [(p, len(c), not _ended(c, stop_ids)) for p, c in turns]
+        gathered = gather_object(local)
+        if mode == "train":
+            self.state.num_input_tokens_seen += sum(p + n for p, n, _ in gathered)
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+        if not gathered:
+            return
+        lengths = [n for _, n, _ in gathered]
+        ended = [n for _, n, cut in gathered if not cut] or [0]
+        for name, values in (("", lengths), ("_terminated", ended)):
+            self._metrics[mode][f"completions/mean{name}_length"].append(sum(values) / len(values))
+            self._metrics[mode][f"completions/min{name}_length"].append(float(min(values)))
+            self._metrics[mode][f"completions/max{name}_length"].append(float(max(values)))
+        self._metrics[mode]["completions/clipped_ratio"].append(sum(cut for *_, cut in gathered) / len(gathered))
+
+    def _any_active(self, local: bool) -> bool:
+        if self.accelerator.num_processes == 1:
+            return local
+        flag = torch.tensor([int(local)], device=self.accelerator.device)
+        return bool(self.accelerator.gather(flag).sum().item())
+
+    def _rows_to_tensors(self, rows: list[tuple[Segment, float]], device: torch.device) -> dict[str, Any]:
+        pad_id = self._tokenizer.pad_token_id
+
+        def padded(seqs: list[list], value: float, side: str, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            tensors = [torch.tensor(x, dtype=dtype) for x in seqs]
+            return pad(tensors, padding_value=value, padding_side=side, pad_to_multiple_of=self.pad_to_multiple_of).to(
+                device
+            )
+
+        prompt_ids = padded([s.prompt_ids for s, _ in rows], pad_id, "left")
+        prompt_mask = padded([[1] * len(s.prompt_ids) for s, _ in rows], 0, "left")
+        completion_ids = padded([s.completion_ids for s, _ in rows], pad_id, "right")
+        completion_mask = padded([[1] * len(s.completion_ids) for s, _ in rows], 0, "right")
+        tool_mask = padded([s.mask for s, _ in rows], 0, "right")
+        advantages = torch.tensor([a for _, a in rows], dtype=torch.float32, device=device)
+        loss_mask = completion_mask * tool_mask
+        output: dict[str, Any] = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "tool_mask": tool_mask,
+            "advantages": advantages,
+            # token-level normalisation over the whole generation batch, all processes
+            "num_items_in_batch": self.accelerator.gather(loss_mask.sum()).sum(),
+        }
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        batch_size = (
+            self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+        )
+        # TRL's own context: no gradient checkpointing for these no-grad forwards
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
+                output["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+                )
+            if self.beta != 0.0:
+                output["ref_per_token_logps"] = self._reference_logps(
+                    input_ids, attention_mask, logits_to_keep, batch_size
+                )
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            sampled = padded([s.logprobs for s, _ in rows], 0.0, "right", torch.float32)
+            # a logprob vLLM could not give (NaN) gets a zero difference: ratio 1, as in TRL
+            diff = torch.nan_to_num((output["old_per_token_logps"] - sampled) * loss_mask, nan=0.0)
+            output["sampling_per_token_logps"] = torch.nan_to_num(sampled, nan=0.0)
+            ratio = torch.exp(diff)
+            output["importance_sampling_ratio"] = torch.clamp(
+                ratio, min=self.vllm_importance_sampling_clip_min, max=self.vllm_importance_sampling_clip_max
+            )
+        return output
+
+    def _reference_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(
+                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+            )[0]
+        from trl.trainer.grpo_trainer import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+            )[0]
+
+    # -------------------------------------------------------------- logging
+
+    def _log_episode_metrics(
+        self,
+        mode: str,
+        records: list[EpisodeRecord],
+        rewards: list[dict[str, float]],
+        rows: list[tuple[Segment, float]],
+    ) -> None:
+        """Per-episode means, gathered over processes: reward parts, success, cost, cache, context, edits."""
+        per_episode = []
+        for record, reward in zip(records, rewards, strict=True):
+            ledger = record.info["ledger"]
+            per_episode.append(
+                {
+                    **{f"reward/{k}": v for k, v in reward.items()},
+                    "success": float(record.info["success"]),
+                    "score": float(record.info["score"]),
+                    "cost/total": ledger["cost"],
+                    "cost/uncached_input": ledger["uncached_tokens"],
+                    "cost/cached_input": ledger["cached_tokens"],
+                    "cost/output": ledger["output_tokens"],
+                    "cached_share": ledger["cached_share"],
+                    "peak_context": ledger["peak_context_tokens"],
+                    "compactions": ledger["compactions"],
+                    "evolve_failures": ledger["evolve_failures"],
+                    "edits/model": record.info.get("model_edits", 0),
+                    "edits/selection": record.info.get("selection_edits", 0),
+                    "edits/asked": record.info.get("asked_edits", 0),
+                    "edits/targeted": record.info.get("targeted_edits", 0),
+                    "turns": record.info["turns"],
+                    "window_truncated": float(record.info["truncated_reason"] == "context_window"),
+                }
+            )
+        gathered = gather_object(per_episode)
+        for key in per_episode[0] if per_episode else []:
+            values = [e[key] for e in gathered]
+            self._metrics[mode][key].append(sum(values) / len(values))
+        # the edit shares: of the model's applied edits this step, those that left what the oracle's targeted
+        # edit leaves (the cheap-edit share), that only selected items, and that answered a request
+        edits = sum(e["edits/model"] for e in gathered)
+        if edits:
+            for key in ("targeted", "selection", "asked"):
+                self._metrics[mode][f"{key}_share"].append(sum(e[f"edits/{key}"] for e in gathered) / edits)
+        trained = sum(s.trained_tokens for s, _ in rows)
+        self._metrics[mode]["segments_per_episode"].append(
+            len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))
+        )
+        self._metrics[mode]["trained_tokens"].append(float(trained))
+        if mode == "train" and self.accelerator.is_main_process and self.args.log_episodes:
+            self._log_episode_table(records[: self.args.log_episodes], rewards[: self.args.log_episodes])
+
+    def _log_episode_table(self, records: list[EpisodeRecord], rewards: list[dict[str, float]]) -> None:
+        """A W&B table of sample episodes: evolve code and the State before and after each edit."""
+        if "wandb" not in (self.args.report_to or []):
+            return
+        import wandb
+
+        if wandb.run is None:
+            return
+        table = wandb.Table(
+            columns=[
+                "step",
+                "family",
+                "task_seed",
+                "reward",
+                "score",
+                "edit",
+                "evolve_code",
+                "state_before",
+                "state_after",
+            ]
+        )
+        for record, reward in zip(records, rewards, strict=True):
+            versions = record.state_versions
+            edits = [(versions[i - 1], v) for i, v in enumerate(versions) if i and v["reason"] == "evolve"]
+            for k, (before, after) in enumerate(edits or [(versions[0], versions[-1])]):
+                table.add_data(
+                    self.state.global_step,
+                    record.family,
+                    record.task_seed,
+                    reward["reward"],
+                    record.info["score"],
+                    k if edits else -1,
+                    after.get("code", ""),
+                    json.dumps(before["state"], ensure_ascii=False)[:20_000],
+                    json.dumps(after["state"], ensure_ascii=False)[:20_000],
+                )
+        wandb.log({"episodes": table}, commit=False)
