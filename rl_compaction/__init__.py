@@ -1,6 +1,6 @@
 """rl-compaction: train language-model agents to compact their own context.
 
-The package is layered; a layer imports only the layers below it (`.importlinter` in pyproject.toml holds
+The package is layered; a layer imports only the layers below it (`[tool.importlinter]` in pyproject.toml holds
 CI to that). Bottom to top, following one episode's data:
 
 1. `core`: the State (OpenAI Responses API input items), its rendering for models, the QuickJS sandbox
