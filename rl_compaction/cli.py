@@ -2,6 +2,9 @@
 
 Exit codes: 0 success, 1 the edit (or a check) was rejected, 2 bad usage or an invalid input
 file (one line on stderr, no traceback).
+
+Why one module of ~640 lines: one short handler per subcommand and the parser that names them; the
+handlers only parse arguments and call the library, so the whole command line reads in one place.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ a "stale" bug is code that still follows the superseded doc comment.
 Entity and prose pools are partitioned by split (see `POOLS`) so a test instance never reuses a
 module, function or prose template seen in training. The expression templates are the shared
 "grammar" of the generator: their operators are generic JavaScript, not entities.
+
+Why one module of ~700 lines: the expression templates are the generator's grammar and the split
+pools its vocabulary; both are read only by `_Gen`, and a template's arity, its bug mutations and
+its evaluation check belong together.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 The answer is built constructively (each injected discrepancy carries its own correction),
 independently of `model.reconcile`, so tests that compare the two catch a bug in either.
+
+Why one module of ~560 lines: `_Builder` is one seeded pass in which every injected discrepancy
+draws from the same random stream; split, a change to one injector could shift the others' draws
+unnoticed.
 """
 
 from __future__ import annotations

@@ -46,6 +46,9 @@ render call_ids (Hermes, Llama 3, fallback), so calls get fresh ids ``call_0``, 
 in order, and links are restored by order: the k-th tool response answers the k-th still
 unanswered call. What templates drop stays dropped: reasoning items, content-part structure,
 the developer role (rendered as system) and whitespace that the template trims.
+
+Why one module of ~550 lines: each tool-call format has a rendering half and a parsing half that
+must agree token for token; they stay side by side, one format after another.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ the trainer (the worker is restarted); the time limit, which QuickJS measures wi
 CPU clock, counts the evolve code alone rather than every busy thread of the trainer; and code
 that the engine cannot interrupt (a native built-in looping over 2 ** 40 elements) is stopped
 by killing the worker at the limit plus a small margin.
+
+Why one module of ~660 lines: the worker's evaluation loop and the parent's side of it speak one
+private protocol (length-prefixed frames, the limits, the exit reasons); in one file the two ends
+cannot drift.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The schema below is the single source of truth: `validate_state` enforces it and
 `typescript_declarations` renders it for the model, so the two cannot drift. It is a
 strict subset of `openai.types.responses.ResponseInputParam`: every State accepted
 here can be sent as `input` to the Responses API unchanged.
+
+Why one module of ~540 lines: the schema table, the validator that enforces it and the TypeScript
+declarations rendered from it change together; apart, they could drift.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ A recipe to read top to bottom; each stage is the library's own entry point:
    under every fixed strategy at the same window, then the oracle with an unlimited window;
 5. one table, the success-vs-cost plot, the learning curve and a verdict: whether the learned
    policy beat each row. Nothing is selected on test seeds: the recipe takes the last checkpoint.
+
+Why one module of ~630 lines: a recipe is read top to bottom (config, stages, curve, verdict, the
+run itself), the way torchtune's are; split, its order would be lost.
 """
 
 from __future__ import annotations
