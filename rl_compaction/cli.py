@@ -190,6 +190,7 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
 def cmd_envs_show(args: argparse.Namespace) -> int:
     from rl_compaction.core.state import text_of
+    from rl_compaction.core.summary import EpisodeSummary
     from rl_compaction.harness.env import EnvConfig
     from rl_compaction.harness.oracle import make_env, run_oracle_episode
     from rl_compaction.models.registry import counter_name
@@ -207,15 +208,15 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     print("\n## Tools: " + ", ".join(t["name"] for t in obs["tools"]))
     for item in obs["state"]:
         print(f"\n## {item.get('role', item['type'])}\n{text_of(item.get('content', ''))}")
-    end = run_oracle_episode(env, args.seed)
+    end = EpisodeSummary.from_info(run_oracle_episode(env, args.seed))
     tool_tokens = sum(
         env.counter.text_tokens(text_of(x["output"])) for x in env.history if x["type"] == "function_call_output"
     )
     print(f"\n## Size (tokenizer {env.counter.name})")
     print(f"initial input tokens:          {info['input_tokens']}")
-    print(f"oracle episode tool output:    {tool_tokens} tokens in {end['turns']} turns")
-    print(f"oracle episode peak context:   {end['ledger']['peak_context_tokens']} tokens")
-    print(f"oracle score (no compaction):  {end['score']:.3f}")
+    print(f"oracle episode tool output:    {tool_tokens} tokens in {end.turns} turns")
+    print(f"oracle episode peak context:   {end.ledger.peak_context_tokens} tokens")
+    print(f"oracle score (no compaction):  {end.score:.3f}")
     return 0
 
 
@@ -241,6 +242,7 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
     from rl_compaction.core.reports import oracle_table, progress
+    from rl_compaction.core.summary import EpisodeSummary
     from rl_compaction.harness.env import EnvConfig
     from rl_compaction.harness.oracle import (
         ORACLE_STRATEGIES,
@@ -258,7 +260,7 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown strategy {name!r}; choose from {', '.join(ORACLE_STRATEGIES)} or all")
     if args.episodes <= 0:
         raise UsageError("--episodes must be > 0")
-    results: dict[str, list[dict]] = {}
+    results: dict[str, list[EpisodeSummary]] = {}
     for name in strategies:
         try:
             config = EnvConfig(
@@ -274,7 +276,7 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
         seeds = range(args.seed_start, args.seed_start + args.episodes)
         try:
             results[name] = [
-                run_oracle_episode(env, seed, **evolve_options(name))
+                EpisodeSummary.from_info(run_oracle_episode(env, seed, **evolve_options(name)))
                 for seed in progress(seeds, f"{args.family}/{name}")
             ]
         except MissingEdit as e:  # a demonstration edit this family does not have

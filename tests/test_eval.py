@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from summaries import summary_info  # tests/ is on sys.path under pytest
 
 from rl_compaction.accounting import COST_PARTS
 from rl_compaction.core.reports import wilson_interval
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
 from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env
 from rl_compaction.harness.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
@@ -159,13 +161,16 @@ def test_edit_shares_and_cost_intervals():
     edit has no share (not 0%), and files written before a kind was counted give none either."""
     from rl_compaction.core.reports import asked_share, mean_interval, selection_share, targeted_share
 
+    def summary(**counts: int) -> EpisodeSummary:
+        return EpisodeSummary.from_info(summary_info(**counts))
+
     infos = [
-        {"model_edits": 3, "selection_edits": 3, "asked_edits": 2, "targeted_edits": 1},
-        {"model_edits": 1, "selection_edits": 0, "asked_edits": 1, "targeted_edits": 1},
-        {"model_edits": 0, "selection_edits": 0, "asked_edits": 0, "targeted_edits": 0},
+        summary(model_edits=3, selection_edits=3, asked_edits=2, targeted_edits=1),
+        summary(model_edits=1, selection_edits=0, asked_edits=1, targeted_edits=1),
+        summary(model_edits=0, selection_edits=0, asked_edits=0, targeted_edits=0),
     ]
     assert (selection_share(infos), asked_share(infos), targeted_share(infos)) == (0.75, 0.75, 0.5)
-    assert targeted_share(infos[2:]) is None and targeted_share([{"model_edits": 2, "selection_edits": 2}]) is None
+    assert targeted_share(infos[2:]) is None and targeted_share([summary(model_edits=2, selection_edits=2)]) is None
     lo, hi = mean_interval([10.0, 12.0, 14.0, 16.0])
     assert lo < 13.0 < hi and abs((hi - 13.0) - 1.96 * 2.582 / 2) < 1e-3
     assert mean_interval([7.0]) == (7.0, 7.0)
@@ -178,7 +183,7 @@ def test_plot_and_metrics_at_100_and_0_percent(tmp_path: Path):
         record = EpisodeRecord(f"p{success}", "probe", "test", 0, 0, {})
         ledger = {"cost": 1.0, "cost_parts": dict.fromkeys(COST_PARTS, 0.0), "cached_share": 0.0}
         ledger.update(peak_context_tokens=1, compactions=0, evolve_failures=0)
-        record.info = {"success": success, "score": float(success), "ledger": ledger, "ledger_rows": []}
+        record.info = summary_info(success=success, score=float(success), ledger=ledger, ledger_rows=[])
         record.info.update(truncated_reason=None, turns=1)
         records.append([record] * 11)
     rows = [policy_metrics(r[0].policy, r) for r in records]

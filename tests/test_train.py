@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from summaries import summary_info  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.training.reward import RewardConfig, episode_reward
 from rl_compaction.training.segments import build_segments
@@ -77,13 +79,13 @@ def test_group_advantages_normalise_within_groups():
 
 
 def _info(score=0.0, success=False, cost=0.0, failures=0, events=(), truncated=None):
-    return {
-        "score": score,
-        "success": success,
-        "truncated_reason": truncated,
-        "events": list(events),
-        "ledger": {"cost": cost, "evolve_failures": failures},
-    }
+    return summary_info(
+        score=score,
+        success=success,
+        truncated_reason=truncated,
+        events=list(events),
+        ledger={"cost": cost, "evolve_failures": failures},
+    )
 
 
 def test_reward_components_and_success_dominates():
@@ -114,6 +116,13 @@ def test_reward_components_and_success_dominates():
     assert stalled["limits"] == pytest.approx(-0.2) and stalled["reward"] == pytest.approx(at_window["reward"])
     with pytest.raises(ValueError, match="must be >= 0"):
         RewardConfig(cost_weight=-1)
+
+
+def test_reward_of_the_typed_summary_is_the_reward_of_its_dict():
+    info = _info(0.5, False, cost=100_000, failures=1, events=[{"event": "tool_error"}], truncated="max_turns")
+    assert episode_reward(EpisodeSummary.from_info(info)) == episode_reward(info)
+    with pytest.raises(ValueError, match="'ledger.cost'"):
+        episode_reward({**info, "ledger": {"evolve_failures": 1}})
 
 
 # -- loss normalisation: segments must not weigh an episode -----------------------------------------

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from statistics import mean, stdev
 from typing import Any, TypeVar
 
 from tqdm import tqdm
+
+from rl_compaction.core.summary import EpisodeSummary
 
 T = TypeVar("T")
 
@@ -48,32 +50,30 @@ def render_table(rows: list[list[str]], left: int = 1) -> str:
     return "\n".join(lines)
 
 
-def edit_share(infos: list[dict[str, Any]], kind: str) -> float | None:
-    """Of the model's applied edits over these episodes, the share counted as `kind` by
-    `rl_compaction.harness.env.edit_counts` ("selection_edits": only selected items; "asked_edits":
-    answered a compaction request). None where no model edit applied (also for episode files
-    written before such edits were counted)."""
-    edits = sum(i.get("model_edits", 0) for i in infos)
-    return sum(i.get(kind, 0) for i in infos) / edits if edits else None
+def edit_share(summaries: list[EpisodeSummary], kind: Callable[[EpisodeSummary], int | None]) -> float | None:
+    """Of the model's applied edits over these episodes, the share that `kind` counts (a count of
+    `rl_compaction.harness.env.edit_counts`: only selected items, answered a compaction request, ...).
+    None where no model edit applied, and episodes written before that kind was counted are left out."""
+    counted = [s for s in summaries if kind(s) is not None]
+    edits = sum(s.model_edits or 0 for s in counted)
+    return sum(kind(s) or 0 for s in counted) / edits if edits else None
 
 
-def selection_share(infos: list[dict[str, Any]]) -> float | None:
+def selection_share(summaries: list[EpisodeSummary]) -> float | None:
     """The cheap-edit share by content: of the model's applied edits, those that only selected items."""
-    return edit_share(infos, "selection_edits")
+    return edit_share(summaries, lambda s: s.selection_edits)
 
 
-def asked_share(infos: list[dict[str, Any]]) -> float | None:
+def asked_share(summaries: list[EpisodeSummary]) -> float | None:
     """The cheap-edit share by timing: of the model's applied edits, those that answered a compaction
     request (an unasked edit pays for its call and receipt while the window still had room)."""
-    edits = [i for i in infos if "asked_edits" in i]
-    return edit_share(edits, "asked_edits") if edits else None
+    return edit_share(summaries, lambda s: s.asked_edits)
 
 
-def targeted_share(infos: list[dict[str, Any]]) -> float | None:
+def targeted_share(summaries: list[EpisodeSummary]) -> float | None:
     """The cheap-edit share: of the model's applied edits, those that left exactly what the task oracle's
     own targeted edit leaves (the others kept more, or other things, or wrote new content)."""
-    edits = [i for i in infos if "targeted_edits" in i]
-    return edit_share(edits, "targeted_edits") if edits else None
+    return edit_share(summaries, lambda s: s.targeted_edits)
 
 
 def mean_interval(values: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -90,25 +90,25 @@ def format_share(share: float | None) -> str:
     return "-" if share is None else f"{share:.0%}"
 
 
-def episode_row(name: str, infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate end-of-episode infos (`CompactionEnv.summary`) into one row of figures."""
-    n = len(infos)
-    wins = sum(bool(i["success"]) for i in infos)
+def episode_row(name: str, summaries: list[EpisodeSummary]) -> dict[str, Any]:
+    """Aggregate end-of-episode summaries into one row of figures."""
+    n = len(summaries)
+    wins = sum(s.success for s in summaries)
     lo, hi = wilson_interval(wins, n)
-    ledgers = [i["ledger"] for i in infos]
+    ledgers = [s.ledger for s in summaries]
     return {
         "strategy": name,
         "episodes": n,
         "success": wins / n if n else 0.0,
         "success_ci95": [lo, hi],
-        "mean_score": mean(i["score"] for i in infos) if n else 0.0,
-        "mean_cost": mean(x["cost"] for x in ledgers) if n else 0.0,
-        "cached_share": mean(x["cached_share"] for x in ledgers) if n else 0.0,
-        "peak_context": mean(x["peak_context_tokens"] for x in ledgers) if n else 0.0,
-        "compactions": mean(x["compactions"] for x in ledgers) if n else 0.0,
-        "evolve_failures": mean(x["evolve_failures"] for x in ledgers) if n else 0.0,
-        "selection_share": selection_share(infos),
-        "truncated": sum(i["truncated_reason"] is not None for i in infos),
+        "mean_score": mean(s.score for s in summaries) if n else 0.0,
+        "mean_cost": mean(x.cost for x in ledgers) if n else 0.0,
+        "cached_share": mean(x.cached_share for x in ledgers) if n else 0.0,
+        "peak_context": mean(x.peak_context_tokens for x in ledgers) if n else 0.0,
+        "compactions": mean(x.compactions for x in ledgers) if n else 0.0,
+        "evolve_failures": mean(x.evolve_failures for x in ledgers) if n else 0.0,
+        "selection_share": selection_share(summaries),
+        "truncated": sum(s.truncated_reason is not None for s in summaries),
     }
 
 
@@ -145,6 +145,6 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return render_table(table)
 
 
-def oracle_table(family: str, split: str, window: int, results: dict[str, list[dict[str, Any]]]) -> str:
-    rows = [episode_row(name, infos) for name, infos in results.items()]
+def oracle_table(family: str, split: str, window: int, results: dict[str, list[EpisodeSummary]]) -> str:
+    rows = [episode_row(name, summaries) for name, summaries in results.items()]
     return f"oracle on {family} ({split} split), context window {window:,} tokens\n" + format_rows(rows)

@@ -224,42 +224,44 @@ def _model_summarizer(policy: Policy | ScriptedPolicy):
 def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
     """Success with a 95% interval, score, cost and its parts, cache reuse, context, edits, time."""
     n = len(records)
-    infos = [r.info for r in records]
-    ledgers = [i["ledger"] for i in infos]
-    wins = sum(bool(i["success"]) for i in infos)
+    summaries = [r.summary for r in records]
+    ledgers = [s.ledger for s in summaries]
+    wins = sum(s.success for s in summaries)
     lo, hi = wilson_interval(wins, n)
 
     def avg(values: list[float]) -> float:
         return mean(values) if values else 0.0
 
-    evolve_calls = [sum(1 for row in i["ledger_rows"] if row["evolve_applied"] is not None) for i in infos]
-    solved = [x["cost"] for i, x in zip(infos, ledgers, strict=True) if i["success"]]
+    evolve_calls = [sum(1 for row in s.ledger_rows if row["evolve_applied"] is not None) for s in summaries]
+    solved = [s.ledger.cost for s in summaries if s.success]
+    # records written before the cost was split into parts have none to average
+    parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
         "episodes": n,
         "success_rate": wins / n if n else 0.0,
         "success_ci95": [lo, hi],
-        "mean_score": avg([i["score"] for i in infos]),
-        "mean_cost": avg([x["cost"] for x in ledgers]),
-        "cost_ci95": list(mean_interval([x["cost"] for x in ledgers])),
+        "mean_score": avg([s.score for s in summaries]),
+        "mean_cost": avg([x.cost for x in ledgers]),
+        "cost_ci95": list(mean_interval([x.cost for x in ledgers])),
         # cost at equal success: over the solved episodes only (failures end early or late, so their
         # cost says little), with its interval
         "mean_cost_solved": avg(solved) if solved else None,
         "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
-        "cost_parts": {k: avg([x["cost_parts"][k] for x in ledgers]) for k in COST_PARTS},
-        "cached_share": avg([x["cached_share"] for x in ledgers]),
-        "peak_context": avg([x["peak_context_tokens"] for x in ledgers]),
-        "compactions_per_episode": avg([x["compactions"] for x in ledgers]),
-        "selection_share": selection_share(infos),
-        "asked_share": asked_share(infos),
-        "targeted_share": targeted_share(infos),
-        "evolve_failures_per_episode": avg([x["evolve_failures"] for x in ledgers]),
-        "evolve_failure_rate": (sum(x["evolve_failures"] for x in ledgers) / sum(evolve_calls))
+        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS},
+        "cached_share": avg([x.cached_share for x in ledgers]),
+        "peak_context": avg([x.peak_context_tokens for x in ledgers]),
+        "compactions_per_episode": avg([x.compactions for x in ledgers]),
+        "selection_share": selection_share(summaries),
+        "asked_share": asked_share(summaries),
+        "targeted_share": targeted_share(summaries),
+        "evolve_failures_per_episode": avg([x.evolve_failures for x in ledgers]),
+        "evolve_failure_rate": (sum(x.evolve_failures for x in ledgers) / sum(evolve_calls))
         if sum(evolve_calls)
         else 0.0,
-        "truncated": sum(i["truncated_reason"] is not None for i in infos),
-        "mean_turns": avg([i["turns"] for i in infos]),
+        "truncated": sum(s.truncated_reason is not None for s in summaries),
+        "mean_turns": avg([s.turns for s in summaries]),
         "mean_wall_s": avg([r.wall_s for r in records]),
         "provider_usage": {
             # a count that is not an int (a server's bad usage, kept by an older version) is skipped

@@ -25,6 +25,7 @@ from typing import Any
 from gymnasium.utils.env_checker import check_env
 
 from rl_compaction.core.state import StateError, validate_state
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.oracle import run_oracle_episode
 from rl_compaction.harness.tasks import (
@@ -102,26 +103,25 @@ def check_family(
     env = CompactionEnv(family, split="test", difficulty=difficulty, config=config)
     for i, seed in enumerate(seeds):
         where = f"{name}/test/seed {seed}"
-        info = _oracle_episode(env, seed, where)
+        end = _oracle_episode(env, seed, where)
         _require(
-            info["success"],
-            f"{where}: the oracle did not solve the task with everything in view (score {info['score']:.3f}, "
-            f"{info['turns']} turns, truncated: {info['truncated_reason']})",
+            end.success,
+            f"{where}: the oracle did not solve the task with everything in view (score {end.score:.3f}, "
+            f"{end.turns} turns, truncated: {end.truncated_reason})",
         )
         if i == 0:
             repeat = _oracle_episode(env, seed, where)
             _require(
-                (repeat["score"], repeat["turns"], repeat["ledger"]["cost"])
-                == (info["score"], info["turns"], info["ledger"]["cost"]),
+                (repeat.score, repeat.turns, repeat.ledger.cost) == (end.score, end.turns, end.ledger.cost),
                 f"{where}: two oracle episodes of the same task differ (score, turns or cost); the oracle or "
                 "the tools are not deterministic",
             )
         report.episodes.append(
             {
                 "seed": seed,
-                "score": info["score"],
-                "turns": info["turns"],
-                "peak_context": info["ledger"]["peak_context_tokens"],
+                "score": end.score,
+                "turns": end.turns,
+                "peak_context": end.ledger.peak_context_tokens,
             }
         )
     peak, default_window = max(e["peak_context"] for e in report.episodes), EnvConfig().context_window
@@ -230,8 +230,9 @@ def _check_raises_tool_error(task: Task, name: str, arguments: dict[str, Any], w
     raise FamilyCheckError(f"{what} returned normally; it must raise ToolError")
 
 
-def _oracle_episode(env: CompactionEnv, seed: int, where: str) -> dict[str, Any]:
+def _oracle_episode(env: CompactionEnv, seed: int, where: str) -> EpisodeSummary:
     try:
-        return run_oracle_episode(env, seed)
+        info = run_oracle_episode(env, seed)
     except Exception as e:
         raise FamilyCheckError(f"{where}: the oracle episode raised {type(e).__name__}: {e}") from e
+    return EpisodeSummary.from_info(info)

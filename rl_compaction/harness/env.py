@@ -581,7 +581,8 @@ class CompactionEnv(gym.Env):
         return {"instructions": self.instructions, "tools": self.tools, "state": copy.deepcopy(self.state)}
 
     def summary(self, truncated_reason: str | None = None) -> dict[str, Any]:
-        """End-of-episode info: score, success, the ledger (rows and totals) and harness events."""
+        """End-of-episode info: score, success, the ledger (rows and totals) and harness events. A plain
+        dict, as Gymnasium expects; `rl_compaction.core.summary.EpisodeSummary` is its type, for readers."""
         return {
             "score": self.score,
             "success": self.answer is not None and self.score >= self.config.success_threshold,

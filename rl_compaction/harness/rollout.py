@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_compaction.accounting import reusable_prefix
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.policy import Policy, ScriptedPolicy, Turn
 
@@ -57,6 +58,12 @@ class EpisodeRecord:
     def key(self) -> str:
         """Identifies the episode across runs (used by --resume)."""
         return f"{self.policy}|{self.family}|{self.split}|{self.task_seed}|{self.episode}"
+
+    @property
+    def summary(self) -> EpisodeSummary:
+        """The finished episode's `info`, typed (`info` itself stays the dict the env returned and the
+        JSONL line holds)."""
+        return EpisodeSummary.from_info(self.info)
 
     def to_json(self) -> dict[str, Any]:
         """JSON with prompt ids stored as (shared prefix with the previous prompt + completion, new tail)."""

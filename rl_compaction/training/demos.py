@@ -47,6 +47,7 @@ from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.core.render import chat_messages, chat_tools
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.core.state import State
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy, make_env
 from rl_compaction.harness.tasks import SPLITS, SUBMIT_TOOL, Difficulty, family_names
@@ -211,8 +212,8 @@ def turn_kind(row: dict[str, Any]) -> str:
     return calls[0]["function"]["name"] if calls else "message"
 
 
-def oracle_episode_rows(env: CompactionEnv, strategy: str, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Play one oracle episode on task `seed` and return (rows of its clean turns, final info)."""
+def oracle_episode_rows(env: CompactionEnv, strategy: str, seed: int) -> tuple[list[dict[str, Any]], EpisodeSummary]:
+    """Play one oracle episode on task `seed` and return (rows of its clean turns, its summary)."""
     policy = OracleScriptedPolicy(strategy)
     observation, _ = env.reset(seed=seed)
     rows = []
@@ -223,7 +224,7 @@ def oracle_episode_rows(env: CompactionEnv, strategy: str, seed: int) -> tuple[l
         if not _turn_failed(env, row["is_evolve"]):
             rows.append(row)
         if terminated or truncated:
-            return rows, info
+            return rows, EpisodeSummary.from_info(info)
 
 
 # --------------------------------------------------------------------------- the data set
@@ -315,12 +316,12 @@ def write_demos(
                     **({"tokenizer": counter} if counter else {}),
                 )
                 envs[strategy] = make_env(family, split=split, strategy=strategy, config=config, difficulty=difficulty)
-            episode_rows, info = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
+            episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
             bar.update(1)
             s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
             s["episodes"] += 1
-            s["successful"] += bool(info["success"])
-            if not info["success"]:
+            s["successful"] += end.success
+            if not end.success:
                 # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
                 answer = SUBMIT_TOOL["name"]
                 episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if strategy in keep_failed else []

@@ -19,8 +19,11 @@ until `max_turns`, which raised its reward from -0.26 to -0.003 with no success 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from rl_compaction.core.summary import EpisodeSummary
 
 
 @dataclass
@@ -57,23 +60,24 @@ class RewardConfig:
 LIMIT_REASONS = ("max_turns", "max_output_tokens", "max_wall_s")
 
 
-def malformed_calls(info: dict[str, Any]) -> int:
+def malformed_calls(summary: EpisodeSummary) -> int:
     """Tool calls the env answered with an error of the caller's making (unknown tool, bad arguments)."""
-    return sum(1 for e in info.get("events", []) if e["event"] in ("tool_error", "malformed_action"))
+    return sum(1 for e in summary.events if e["event"] in ("tool_error", "malformed_action"))
 
 
-def episode_reward(info: dict[str, Any], config: RewardConfig | None = None) -> dict[str, float]:
-    """The reward of one finished episode (`CompactionEnv.summary()`), with each term separately."""
+def episode_reward(info: EpisodeSummary | Mapping[str, Any], config: RewardConfig | None = None) -> dict[str, float]:
+    """The reward of one finished episode (its end-of-episode `info`, as the dict or typed), with each
+    term separately."""
     c = config or RewardConfig()
-    ledger = info["ledger"]
+    s = info if isinstance(info, EpisodeSummary) else EpisodeSummary.from_info(info)
     terms = {
-        "score": c.score_weight * float(info["score"]),
-        "success": c.success_bonus * bool(info["success"]),
-        "cost": -c.cost_weight * min(ledger["cost"] / c.cost_scale, 1.0),
-        "evolve_failures": -c.evolve_failure_penalty * min(ledger["evolve_failures"], c.penalty_cap),
-        "malformed_calls": -c.malformed_call_penalty * min(malformed_calls(info), c.penalty_cap),
-        "context_window": -c.window_penalty * (info.get("truncated_reason") == "context_window"),
-        "limits": -c.limit_penalty * (info.get("truncated_reason") in LIMIT_REASONS),
+        "score": c.score_weight * float(s.score),
+        "success": c.success_bonus * bool(s.success),
+        "cost": -c.cost_weight * min(s.ledger.cost / c.cost_scale, 1.0),
+        "evolve_failures": -c.evolve_failure_penalty * min(s.ledger.evolve_failures, c.penalty_cap),
+        "malformed_calls": -c.malformed_call_penalty * min(malformed_calls(s), c.penalty_cap),
+        "context_window": -c.window_penalty * (s.truncated_reason == "context_window"),
+        "limits": -c.limit_penalty * (s.truncated_reason in LIMIT_REASONS),
     }
     terms["reward"] = sum(terms.values())
     return terms

@@ -419,26 +419,27 @@ class CompactionGRPOTrainer(GRPOTrainer):
         """Per-episode means, gathered over processes: reward parts, success, cost, cache, context, edits."""
         per_episode = []
         for record, reward in zip(records, rewards, strict=True):
-            ledger = record.info["ledger"]
+            summary = record.summary
+            ledger = summary.ledger
             per_episode.append(
                 {
                     **{f"reward/{k}": v for k, v in reward.items()},
-                    "success": float(record.info["success"]),
-                    "score": float(record.info["score"]),
-                    "cost/total": ledger["cost"],
-                    "cost/uncached_input": ledger["uncached_tokens"],
-                    "cost/cached_input": ledger["cached_tokens"],
-                    "cost/output": ledger["output_tokens"],
-                    "cached_share": ledger["cached_share"],
-                    "peak_context": ledger["peak_context_tokens"],
-                    "compactions": ledger["compactions"],
-                    "evolve_failures": ledger["evolve_failures"],
-                    "edits/model": record.info.get("model_edits", 0),
-                    "edits/selection": record.info.get("selection_edits", 0),
-                    "edits/asked": record.info.get("asked_edits", 0),
-                    "edits/targeted": record.info.get("targeted_edits", 0),
-                    "turns": record.info["turns"],
-                    "window_truncated": float(record.info["truncated_reason"] == "context_window"),
+                    "success": float(summary.success),
+                    "score": float(summary.score),
+                    "cost/total": ledger.cost,
+                    "cost/uncached_input": ledger.uncached_tokens,
+                    "cost/cached_input": ledger.cached_tokens,
+                    "cost/output": ledger.output_tokens,
+                    "cached_share": ledger.cached_share,
+                    "peak_context": ledger.peak_context_tokens,
+                    "compactions": ledger.compactions,
+                    "evolve_failures": ledger.evolve_failures,
+                    "edits/model": summary.model_edits or 0,
+                    "edits/selection": summary.selection_edits or 0,
+                    "edits/asked": summary.asked_edits or 0,
+                    "edits/targeted": summary.targeted_edits or 0,
+                    "turns": summary.turns,
+                    "window_truncated": float(summary.truncated_reason == "context_window"),
                 }
             )
         gathered = gather_object(per_episode)
@@ -481,7 +482,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
             ]
         )
         for record, reward in zip(records, rewards, strict=True):
-            versions = record.state_versions
+            score, versions = record.summary.score, record.state_versions
             edits = [(versions[i - 1], v) for i, v in enumerate(versions) if i and v["reason"] == "evolve"]
             for k, (before, after) in enumerate(edits or [(versions[0], versions[-1])]):
                 table.add_data(
@@ -489,7 +490,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
                     record.family,
                     record.task_seed,
                     reward["reward"],
-                    record.info["score"],
+                    score,
                     k if edits else -1,
                     after.get("code", ""),
                     json.dumps(before["state"], ensure_ascii=False)[:20_000],
