@@ -7,6 +7,9 @@ followed by ``@STRATEGY``: ``evolve`` (the agent is asked to compact itself at t
 ``none``, ``sliding_window``, ``clear_tool_outputs``, or ``summary`` (the model writes a summary
 at the threshold; model policies only). Every episode goes to ``episodes.jsonl``; the summary to
 ``metrics.json``, a table on stdout and ``success_vs_cost.png``.
+
+Why one module of ~520 lines: an eval run is one pipeline (config, policies, envs, metrics, table,
+plot, resume, W&B), each part used only by `run_eval`; split, the pipeline could not be read in one place.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ items are ignored and logged as a ``malformed_action`` event. Only an action who
 wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) raises
 `InvalidAction`, and then nothing changes, not even the turn count. After the episode ends
 (terminated or truncated) `step` raises Gymnasium's `ResetNeeded`.
+
+Why one module of ~640 lines: `CompactionEnv` is one state machine (State, history, window,
+threshold, limits and ledger change together at every step); its action and observation checks sit
+beside it because they define what a step accepts.
 """
 
 from __future__ import annotations
