@@ -1,33 +1,33 @@
-"""GRPO learns from the real task reward (issue 8, item 6).
+"""GRPO learns from the real task reward (issue 8, item 6) and from its cost term (issue 19, item 5).
 
-A deliberately weak start on the vault toy: a small random model (4 layers, hidden 128) after SFT on
+Both tests run GRPO from a kept warm start (tests/data/learning-starts, built by
+tests/learning_starts.py, which says why it is kept), then run a control from the same start with the
+reward's sign changed, and measure the policy itself, exactly, at validation decision points. Each
+asserts that GRPO moved the policy the reward's way and ended well beyond its control. The paired
+control makes the test about the reward: whatever else moves the policy (Adam's first steps, the
+sampled episodes' other terms) moves it in both runs.
+
+The first start is weak on the vault toy: a small random model (4 layers, hidden 128) after SFT on
 oracle demonstrations of the protocol (read, the targeted edit when the harness asks, submit), then
 five small steps on demonstrations that ignore the request and read on into the context window.
 When it does not answer the request, the episode ends at the window (reward -0.2). The model cannot
 copy the key word (a random start does not learn that in minutes; README, status), so no episode
-succeeds by more than a guess: what GRPO can learn from the reward is to answer the request.
+succeeds by more than a guess: what GRPO can learn from the reward is to answer the request. The
+measure: at the first compaction request of each of 32 validation episodes (the oracle's, so every
+model is asked the same thing), the log-odds of the targeted edit's turn against a read turn,
+teacher-forced. It is exact, where sampled validation reward at this size is not (one checkpoint's
+window rate was 2/32 to 9/32 depending on batching). Measured here on 3 Dec: 0.89 before, 1.42 after
+ten GRPO steps, 0.15 with the reward negated.
 
-The measure is the policy itself on validation tasks: at the first compaction request of each of 32
-validation episodes (the oracle's, so every model is asked the same thing), the log-odds of the
-targeted edit's turn against a read turn, teacher-forced. It is exact, where sampled validation
-reward at this size is not (one checkpoint's window rate was 2/32 to 9/32 depending on batching).
-Measured on the CPU machine: mean log-odds 2.38 before, 3.55 after ten GRPO steps; with the
-advantage sign flipped 1.00, with the mask inverted (the harness's tokens trained, not the model's)
-2.45, and with each episode given another's advantage (reversed within its group) 1.59: each of
-these errors fails the test (README, status, has the table).
-
-The second test is the same for the cost term of the reward (issue 19, item 5). Its warm start (a new
-random model of that shape after 1,000 SFT steps on demonstrations of two edits, 1:1) answers requests
-with the targeted edit or the conservative one (`evolve_recent`: the targeted edit that also keeps the
-last pages read); both succeed here, the conservative at 1.29x the cost, and the start writes both
-cleanly at temperature 0.7. Where a group holds no failed edit and no guessed key (most groups), its
+The second start (the same shape after 2,000 SFT steps on demonstrations of two edits, 1:1) answers
+requests with the targeted edit or the conservative one (`evolve_recent`: the targeted edit that also
+keeps the last pages read); both succeed here, the conservative at 1.29x the cost, and the start writes
+both cleanly at temperature 0.7. Where a group holds no failed edit and no guessed key (most groups), its
 episodes differ in cost alone, so the group-normalised advantage is the cost term's ranking whatever its
-weight; with the term zeroed those groups have zero advantage and nothing moves, and with its sign
-flipped GRPO moves toward the expensive edit. The measure is exact again: at every compaction request of
-32 validation episodes, the log-odds of the targeted edit's first token that differs from the
-conservative edit's (the choice itself, teacher-forced). Measured on the CPU machine: 0.45 before, 1.79
-after eight GRPO steps with the default reward; 0.96 with the term zeroed, -0.66 with its sign flipped
-(README, status).
+weight, and with its sign flipped GRPO moves toward the expensive edit. The measure: at every compaction
+request of 32 validation episodes, the log-odds of the targeted edit's first token that differs from the
+conservative edit's (the choice itself, teacher-forced). Measured here on 3 Dec: 0.73 before, 1.18 after
+eight GRPO steps, 0.09 with the cost term's sign flipped.
 """
 
 from __future__ import annotations
@@ -39,16 +39,15 @@ from pathlib import Path
 
 import rl_compaction_envs.vault.family as vault
 import torch
+from learning_starts import COST_TASK, STARTS, TASK  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction.models.registry import build_tiny_model
+from rl_compaction.harness.rollout import EpisodeRecord
 from rl_compaction.recipes.reproduce import ReproduceConfig, run_grpo
 from rl_compaction.training.demos import turn_kind, write_demos
-from rl_compaction.training.sft import render_turn, train_sft
+from rl_compaction.training.reward import episode_reward
+from rl_compaction.training.sft import render_turn
 
-#: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
-#: first; ignoring it, the second page crosses the window
-TASK = {"scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2150}
 TEMPERATURE = 0.7  # GRPO sampling: the edit's long call stays intact, the decision stays open
 
 
@@ -106,50 +105,16 @@ GRPO = {
 }
 
 
-#: SFT settings of both tests' warm starts (`SFTConfig` fields)
-SFT = {
-    "use_cpu": True,
-    "save_strategy": "no",
-    "report_to": "none",
-    "bf16": False,
-    "activation_checkpointing": False,
-    "max_length": 4096,
-    "per_device_train_batch_size": 1,
-    "num_train_epochs": 100,
-    "seed": 0,
-    "disable_tqdm": True,
-}
+#: the answer test's margins, about half of what its kept start measured on 3 Dec: GRPO raised the
+#: log-odds by 0.53 (0.89 -> 1.42) and ended 1.27 above the control with the reward negated (0.15)
+ANSWER_MARGIN = 0.25
+ANSWER_CONTROL_MARGIN = 0.6
 
 
-def weak_start(tmp_path: Path) -> tuple[Path, Path]:
-    """(model, tokenizer dir): the protocol from 1,000 SFT steps, then 5 steps toward ignoring the request."""
-    start = build_tiny_model(tmp_path / "random", hidden_size=128, layers=4)
-    demos = {"tokenizer_name_or_path": str(start), **TASK}
-    write_demos(tmp_path / "demos", ["vault"], 64, ["evolve", "ignore"], keep_failed=["ignore"], **demos)
-    train_sft(
-        tmp_path / "demos",
-        str(start),
-        tmp_path / "sft",
-        balance_turns=True,
-        learning_rate=2e-3,
-        lr_scheduler_type="linear",
-        warmup_steps=10,
-        max_steps=1000,
-        **SFT,
-    )
-    # balanced SFT answers nearly every request; a nudge toward the ignoring demonstrations makes it
-    # answer about half of them (5 steps at 1e-4; 10 at 2e-4 already answer almost none)
-    write_demos(tmp_path / "ignoring", ["vault"], 32, ["ignore"], keep_failed=["ignore"], **demos)
-    train_sft(
-        tmp_path / "ignoring",
-        str(tmp_path / "sft"),
-        tmp_path / "weak",
-        learning_rate=1e-4,
-        lr_scheduler_type="constant",
-        max_steps=5,
-        **SFT,
-    )
-    return tmp_path / "weak", start
+def reward_negated(record: EpisodeRecord) -> dict[str, float]:
+    """The control of the answer test: every term of the default reward with its sign flipped, so
+    GRPO's advantages are the correct ones negated."""
+    return {name: -value for name, value in episode_reward(record.info).items()}
 
 
 def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
@@ -157,31 +122,29 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
         with capsys.disabled():
             print(f"\n[learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    say("demonstrations, then the weak SFT start (1,000 + 5 steps)")
-    weak, tokenizer = weak_start(tmp_path)
-    turns = first_request_turns(tokenizer, tmp_path / "validation")
-    before = answer_log_odds(weak, turns)
-    say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps")
+    start = STARTS / "answer"
+    turns = first_request_turns(start, tmp_path / "validation")
+    before = answer_log_odds(start, turns)
     config = ReproduceConfig(family="vault", **TASK, grpo=GRPO)
-    history = run_grpo(config, weak, tmp_path / "grpo")  # the reproduction's own GRPO stage
+    say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps, then its control")
+    history = run_grpo(config, start, tmp_path / "grpo")  # the reproduction's own GRPO stage
     after = answer_log_odds(tmp_path / "grpo", turns)
-    say(f"log-odds after GRPO {after:.2f}")
+    say(f"log-odds after GRPO {after:.2f}; the control: the same steps with the reward negated")
+    run_grpo(config, start, tmp_path / "negated", reward_fn=reward_negated)
+    control = answer_log_odds(tmp_path / "negated", turns)
+    say(f"log-odds after the control {control:.2f}")
     rewards = [h["reward/reward"] for h in history if "reward/reward" in h]
-    print(
-        f"validation log-odds of answering the request: {before:.2f} before GRPO, {after:.2f} after; rewards {rewards}"
-    )
-    assert len(rewards) == 10
-    assert after >= before + 0.5, (before, after)
+    assert len(rewards) == GRPO["max_steps"]
+    assert after >= before + ANSWER_MARGIN, (before, after)
+    assert after >= control + ANSWER_CONTROL_MARGIN, (after, control)
 
 
-#: the same two short pages in a window that also holds the conservative edit's extra page, so both
-#: edits succeed (oracle, 8 validation seeds: targeted 5,692, conservative 7,322, both 100%)
-COST_TASK = {**TASK, "context_window": 3300}
 #: eight steps of the first test's GRPO, with room for the conservative edit's longer call
 COST_GRPO = {**GRPO, "max_completion_length": 128, "max_steps": 8}
-#: log-odds the cost term must add at the decision points: measured +1.34 with the default reward, +0.51
-#: with the cost term zeroed, -1.11 with its sign flipped (README, status)
-COST_MARGIN = 0.9
+#: the cost test's margins, about half of what its kept start measured on 3 Dec: GRPO raised the
+#: log-odds by 0.44 (0.73 -> 1.18) and ended 1.09 above the control with the cost term's sign flipped (0.09)
+COST_MARGIN = 0.2
+COST_CONTROL_MARGIN = 0.5
 
 
 def decision_points(tokenizer_dir: Path, out: Path) -> list[tuple[list[int], int, int]]:
@@ -213,27 +176,32 @@ def choice_log_odds(model_dir: Path, points: list[tuple[list[int], int, int]]) -
     return statistics.mean((lp[a] - lp[b]).item() for lp, (_, a, b) in zip(logps, points, strict=True))
 
 
+def cost_flipped(record: EpisodeRecord) -> dict[str, float]:
+    """The control of the cost test: the default reward with its cost term's sign flipped, so that
+    GRPO is paid for the expensive edit."""
+    terms = episode_reward(record.info)
+    return {**terms, "reward": terms["reward"] - 2 * terms["cost"], "cost": -terms["cost"]}
+
+
 def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, capsys):
     def say(message: str) -> None:
         with capsys.disabled():
             print(f"\n[cost learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    say("demonstrations of both edits (1:1), then SFT (1,000 steps)")
-    start = build_tiny_model(tmp_path / "random", hidden_size=128, layers=4)
-    demos = {"tokenizer_name_or_path": str(start), **COST_TASK}
-    write_demos(tmp_path / "demos", ["vault"], 64, ["evolve", "evolve_recent"], **demos)
-    schedule = {"learning_rate": 2e-3, "lr_scheduler_type": "linear", "warmup_steps": 10, "max_steps": 1000}
-    train_sft(tmp_path / "demos", str(start), tmp_path / "sft", balance_turns=True, **schedule, **SFT)
+    start = STARTS / "cost"
     points = decision_points(start, tmp_path / "validation")
-    before = choice_log_odds(tmp_path / "sft", points)
+    before = choice_log_odds(start, points)
     steps = COST_GRPO["max_steps"]
     say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, {steps} steps")
     config = ReproduceConfig(family="vault", **COST_TASK, grpo=COST_GRPO)  # the default reward
-    history = run_grpo(config, tmp_path / "sft", tmp_path / "grpo")
+    history = run_grpo(config, start, tmp_path / "grpo")
     after = choice_log_odds(tmp_path / "grpo", points)
     logged = [h for h in history if "reward/reward" in h]
     shares = [round(h.get("targeted_share", float("nan")), 2) for h in logged]  # absent: no edit applied
-    costs = [round(h["cost/total"]) for h in logged]
-    say(f"log-odds after GRPO {after:.2f}; sampled targeted share per step {shares}, mean cost {costs}")
+    say(f"log-odds after GRPO {after:.2f}; sampled targeted share per step {shares}; the control: cost sign flipped")
+    run_grpo(config, start, tmp_path / "flipped", reward_fn=cost_flipped)
+    control = choice_log_odds(tmp_path / "flipped", points)
+    say(f"log-odds after the control {control:.2f}")
     assert len(logged) == steps
     assert after >= before + COST_MARGIN, (before, after)
+    assert after >= control + COST_CONTROL_MARGIN, (after, control)

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -44,6 +44,9 @@ from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.models.registry import MARKER
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.sft import train_sft, write_model_card
+
+if TYPE_CHECKING:  # the trainer imports TRL's GRPO stack: only run_grpo loads it
+    from rl_compaction.training.trainer import RewardFn
 
 #: The recipes the package ships (read with importlib.resources, so a wheel install has them);
 #: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.
@@ -239,8 +242,11 @@ def _log(message: str) -> None:
     print(f"[rl-compaction reproduce] {message}", file=sys.stderr, flush=True)
 
 
-def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[str, Any]]:
-    """GRPO from `model_dir` with the config's overrides; saves the model to `out`, returns TRL's log history."""
+def run_grpo(
+    config: ReproduceConfig, model_dir: Path, out: Path, reward_fn: RewardFn | None = None
+) -> list[dict[str, Any]]:
+    """GRPO from `model_dir` with the config's overrides; saves the model to `out`, returns TRL's log
+    history. `reward_fn` replaces the default reward (`CompactionGRPOTrainer`), e.g. for an ablation."""
     from trl import ModelConfig
 
     from rl_compaction.training.train import build_trainer
@@ -260,7 +266,8 @@ def run_grpo(config: ReproduceConfig, model_dir: Path, out: Path) -> list[dict[s
         "activation_checkpointing": False,
         **config.grpo,
     }
-    trainer = build_trainer(CompactionGRPOConfig(**settings), ModelConfig(model_name_or_path=str(model_dir)))
+    model_args = ModelConfig(model_name_or_path=str(model_dir))
+    trainer = build_trainer(CompactionGRPOConfig(**settings), model_args, reward_fn=reward_fn)
     trainer.train()
     trainer.save_model(str(out))
     write_model_card(trainer, out, str(model_dir))

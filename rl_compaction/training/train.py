@@ -20,15 +20,19 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from rl_compaction.core.outputs import resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.sft import write_model_card
-from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, RewardFn
 from rl_compaction.training.wandb_resume import continue_wandb_run
 
 
-def build_trainer(args: CompactionGRPOConfig, model_args: ModelConfig) -> CompactionGRPOTrainer:
+def build_trainer(
+    args: CompactionGRPOConfig, model_args: ModelConfig, reward_fn: RewardFn | None = None
+) -> CompactionGRPOTrainer:
+    """The trainer for `args` on `model_args`' model; `reward_fn` as `CompactionGRPOTrainer` takes it."""
     model, tokenizer = load_pretrained(
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
-    return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    peft_config = get_peft_config(model_args)
+    return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=peft_config, reward_fn=reward_fn)
 
 
 #: what `--help` says first: TrlParser's --config flag is not an argparse option, so it lists nowhere else

@@ -46,6 +46,9 @@ from rl_compaction.training.reward import RewardConfig, episode_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
 
+#: `reward_fn(record) -> {"reward": r, <component>: value, ...}`: one finished episode's reward and its terms
+RewardFn = Callable[[EpisodeRecord], dict[str, float]]
+
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
 
 
@@ -218,7 +221,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         processing_class: Any = None,
         peft_config: Any = None,
         callbacks: list | None = None,
-        reward_fn: Callable[[EpisodeRecord], dict[str, float]] | None = None,
+        reward_fn: RewardFn | None = None,
     ):
         """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
         `episode_reward(record.info, args.reward_config)`, e.g. to add reward terms; every

@@ -1,0 +1,114 @@
+"""Build the learning tests' warm starts and keep them in tests/data/learning-starts/.
+
+Why kept rather than built inside the tests: the SFT run that makes a start ends wherever the float
+arithmetic of the machine takes it. The same seeded calls built a cost start at log-odds 0.45 on the
+CPU of 1-2 Dec and at 1.27 on the AVX-512 EPYC of 3 Dec (with every package at the same version: none
+is newer than 28 Nov), and the 3 Dec start failed some of its conservative edits, so what GRPO learnt
+from it was to avoid failures, not cost. A kept start makes the tests about GRPO, which is what they
+claim; SFT has its own tests (test_sft). Each start is a few MB and ~8-16 min of SFT on 2 cores.
+
+    python tests/learning_starts.py [answer|cost ...]   # rebuild (both by default), then commit
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from rl_compaction.models.registry import build_tiny_model
+from rl_compaction.training.demos import write_demos
+from rl_compaction.training.sft import train_sft
+
+STARTS = Path(__file__).parent / "data" / "learning-starts"
+#: what a start needs to load (model and tokenizer); the SFT run's card and arguments are left behind
+KEPT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
+
+#: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
+#: first; ignoring it, the second page crosses the window
+TASK = {"scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2150}
+#: the same two short pages in a window that also holds the conservative edit's extra page, so both
+#: edits succeed (oracle, 8 validation seeds: targeted 5,692, conservative 7,322, both 100%)
+COST_TASK = {**TASK, "context_window": 3300}
+
+#: SFT settings of both starts (`SFTConfig` fields)
+SFT = {
+    "use_cpu": True,
+    "save_strategy": "no",
+    "report_to": "none",
+    "bf16": False,
+    "activation_checkpointing": False,
+    "max_length": 4096,
+    "per_device_train_batch_size": 1,
+    "num_train_epochs": 100,
+    "seed": 0,
+    "disable_tqdm": True,
+}
+#: the schedule that teaches a random model the protocol
+PROTOCOL = {"learning_rate": 2e-3, "lr_scheduler_type": "linear", "warmup_steps": 10, "max_steps": 1000}
+#: the cost start's SFT steps: 1,000 left the 3 Dec machine's start failing some of its conservative edits;
+#: 2,000 (fixed before it was built, the only one tried) writes both cleanly (README, the cost axis)
+COST_SFT_STEPS = 2000
+
+
+def answer_start(work: Path) -> Path:
+    """The protocol from 1,000 SFT steps on oracle demonstrations (read, the targeted edit when asked,
+    submit) and on ones that ignore the request, then 5 small steps toward ignoring it: a policy that
+    answers about half of the requests."""
+    start = build_tiny_model(work / "random", hidden_size=128, layers=4)
+    demos = {"tokenizer_name_or_path": str(start), **TASK}
+    write_demos(work / "demos", ["vault"], 64, ["evolve", "ignore"], keep_failed=["ignore"], **demos)
+    train_sft(work / "demos", str(start), work / "sft", balance_turns=True, **PROTOCOL, **SFT)
+    # balanced SFT answers nearly every request; a nudge toward the ignoring demonstrations makes it
+    # answer about half of them (5 steps at 1e-4; 10 at 2e-4 already answer almost none)
+    write_demos(work / "ignoring", ["vault"], 32, ["ignore"], keep_failed=["ignore"], **demos)
+    schedule = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "max_steps": 5}
+    train_sft(work / "ignoring", str(work / "sft"), work / "weak", **schedule, **SFT)
+    return work / "weak"
+
+
+def cost_start(work: Path) -> Path:
+    """A random model after SFT on demonstrations of both edits, 1:1: the targeted edit and the
+    conservative one (`evolve_recent`, which also keeps the last pages read)."""
+    start = build_tiny_model(work / "random", hidden_size=128, layers=4)
+    demos = {"tokenizer_name_or_path": str(start), **COST_TASK}
+    write_demos(work / "demos", ["vault"], 64, ["evolve", "evolve_recent"], **demos)
+    schedule = {**PROTOCOL, "max_steps": COST_SFT_STEPS}
+    train_sft(work / "demos", str(start), work / "sft", balance_turns=True, **schedule, **SFT)
+    return work / "sft"
+
+
+BUILDERS = {"answer": answer_start, "cost": cost_start}
+
+
+def keep(model_dir: Path, name: str) -> Path:
+    """Copy a start's loadable files to STARTS/name, replacing what was there."""
+    target = STARTS / name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for file in KEPT_FILES:
+        shutil.copy2(model_dir / file, target / file)
+    return target
+
+
+def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(BUILDERS))
+    if unknown:
+        sys.exit(f"unknown start(s) {unknown}; choose from {sorted(BUILDERS)}")
+    for name in names or list(BUILDERS):
+        with tempfile.TemporaryDirectory() as work:
+            print(f"building the {name} start", flush=True)
+            print(f"kept: {keep(BUILDERS[name](Path(work)), name)}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
