@@ -18,19 +18,11 @@ import tempfile
 from pathlib import Path
 
 from rl_compaction.models.registry import build_tiny_model
+from rl_compaction.recipes.reproduce import WARM_START_FILES
 from rl_compaction.training.demos import write_demos
 from rl_compaction.training.sft import train_sft
 
 STARTS = Path(__file__).parent / "data" / "learning-starts"
-#: what a start needs to load (model and tokenizer); the SFT run's card and arguments are left behind
-KEPT_FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-)
 
 #: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window
@@ -90,12 +82,13 @@ BUILDERS = {"answer": answer_start, "cost": cost_start}
 
 
 def keep(model_dir: Path, name: str) -> Path:
-    """Copy a start's loadable files to STARTS/name, replacing what was there."""
+    """Copy a start's model and tokenizer files (as the reproduction keeps a warm start) to STARTS/name,
+    replacing what was there; the SFT run's card and arguments are left behind."""
     target = STARTS / name
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    for file in KEPT_FILES:
+    for file in WARM_START_FILES:
         shutil.copy2(model_dir / file, target / file)
     return target
 
