@@ -46,8 +46,7 @@ from rl_compaction.training.reward import RewardConfig, episode_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
 
-#: `reward_fn(record) -> {"reward": r, <component>: value, ...}`: one finished episode's reward and its terms
-RewardFn = Callable[[EpisodeRecord], dict[str, float]]
+RewardFn = Callable[[EpisodeRecord], dict[str, float]]  # a finished episode -> {"reward": r, <term>: value}
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
 
@@ -224,8 +223,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         reward_fn: RewardFn | None = None,
     ):
         """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
-        `episode_reward(record.info, args.reward_config)`, e.g. to add reward terms; every
-        component is logged under reward/."""
+        `episode_reward(record.info, args.reward_config)` (extra terms, ablations); each is logged under reward/."""
         if train_dataset is None:
             train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
         if eval_dataset is None and args.eval_strategy != "no":
