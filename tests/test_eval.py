@@ -273,3 +273,23 @@ def test_a_folder_written_before_env_became_family_still_resumes(tmp_path: Path)
     more = run_eval(EvalConfig(policies=["oracle@none"], episodes=2, output_dir=str(out), **SMALL), resume=True)
     assert more["metrics"]["policies"]["oracle@none"]["episodes"] == 2
     assert len(path.read_text().splitlines()) == 2  # the old episode kept, one new one run
+
+
+def test_a_model_row_samples_the_same_episodes_whatever_rows_ran_before_it(tmp_path: Path):
+    """Each batch's sampling is seeded (sampling_seed + its first task seed), so a row does not depend
+    on the rows run before it, and a checkpoint compared with its warm start is compared fairly."""
+    from rl_compaction.models.registry import shipped_dir
+
+    model = f"{shipped_dir('quickstart-sft')}@evolve"
+    settings = dict(episodes=2, batch_size=1, max_turns=2, max_new_tokens=12, temperature=1.0, **SMALL)
+
+    def sampled(policies: list[str], out: str, **seed: int) -> list[list[int]]:
+        run_eval(EvalConfig(policies=policies, output_dir=str(tmp_path / out), **settings, **seed))
+        records = read_jsonl(tmp_path / out / "episodes.jsonl")
+        return [inv.completion_ids for r in records if r.policy == model for inv in r.invocations]
+
+    alone = sampled([model], "alone")
+    assert alone == sampled([model.replace("@evolve", "@none"), model], "second")
+    assert alone != sampled([model], "other_seed", sampling_seed=1)
+    with pytest.raises(ValueError, match="sampling_seed must be an integer >= 0"):
+        EvalConfig(policies=[model], sampling_seed=-1)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +69,11 @@ class EvalConfig:
     split: str = help_field("the task split (normally test)", default="test", metadata={"choices": SPLITS})
     episodes: int = help_field("episodes per policy, on task seeds seed_start..", default=5)
     seed_start: int = help_field("the first task seed (an integer >= 0)", default=0)
+    sampling_seed: int = help_field(
+        "seeds the sampling of local transformers models (torch, random) at each batch: seed + the batch's first task "
+        "seed, so that a row's episodes do not depend on the rows run before it",
+        default=0,
+    )
     scale: float = help_field("the task's difficulty scale (its length)", default=1.0)
     level: int = help_field("the task's difficulty level", default=2)
     context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=32_768)
@@ -111,8 +118,10 @@ class EvalConfig:
         if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
             raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
         check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))
-        if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
-            raise ValueError(f"seed_start must be a task seed (an integer >= 0), got {self.seed_start!r}")
+        for name in ("seed_start", "sampling_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         Difficulty(scale=self.scale, level=self.level)
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
@@ -398,6 +407,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
             with progress_bar(len(todo), label) as bar:
                 for start in range(0, len(todo), config.batch_size):
                     batch = todo[start : start + config.batch_size]
+                    _seed_sampling(config.sampling_seed + batch[0])
                     with closing_envs(make_envs(config, strategy, policy, len(batch))) as envs:
                         new = rollout(
                             policy,
@@ -422,6 +432,14 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     if use_wandb:
         log_to_wandb(config, rows, plot, episodes_path)
     return {"table": table, "metrics": metrics, "plot": plot, "episodes": episodes_path}
+
+
+def _seed_sampling(seed: int) -> None:
+    """Seed what local models sample from: torch's generators (every device) and `random`. Loaded
+    lazily: an oracle-only eval never imports torch, and draws nothing."""
+    random.seed(seed)
+    if (torch := sys.modules.get("torch")) is not None:
+        torch.manual_seed(seed)
 
 
 #: Settings that only choose which episodes run (or how many at once), not how one runs: a resume
