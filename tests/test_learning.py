@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import rl_compaction_envs.vault.family as vault
@@ -45,10 +46,37 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rl_compaction.harness.rollout import EpisodeRecord
 from rl_compaction.recipes.reproduce import ReproduceConfig, run_grpo
 from rl_compaction.training.demos import turn_kind, write_demos
-from rl_compaction.training.reward import episode_reward
+from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.sft import render_turn
 
 TEMPERATURE = 0.7  # GRPO sampling: the edit's long call stays intact, the decision stays open
+
+
+def paired_runs(
+    config: ReproduceConfig,
+    start: Path,
+    out: Path,
+    control: RewardFn,
+    measure: Callable[[Path], float],
+    say: Callable[[str], None],
+) -> tuple[float, float]:
+    """GRPO from `start` with the default reward, then the control: the same run with `control` as
+    the reward. Returns `measure(model_dir)` after each run, and says each step's reward, cost and
+    targeted share, which show what moved the policy when an assertion fails."""
+    steps = config.grpo["max_steps"]
+    history = run_grpo(config, start, out / "grpo")  # the reproduction's own GRPO stage
+    after = measure(out / "grpo")
+    logged = [h for h in history if "reward/reward" in h]
+    per_step = ", ".join(
+        f"{h['reward/reward']:.2f}/{h.get('cost/total', float('nan')):.0f}/{h.get('targeted_share', float('nan')):.2f}"
+        for h in logged
+    )  # targeted share absent: no edit applied that step
+    say(f"after {steps} GRPO steps {after:.2f} (reward/cost/targeted share per step: {per_step})")
+    run_grpo(config, start, out / "control", reward_fn=control)
+    controlled = measure(out / "control")
+    say(f"after the control ({control.__name__}) {controlled:.2f}")
+    assert len(logged) == steps
+    return after, controlled
 
 
 def first_request_turns(tokenizer_dir: Path, out: Path) -> list[tuple[str, str, str]]:
@@ -111,10 +139,10 @@ ANSWER_MARGIN = 0.25
 ANSWER_CONTROL_MARGIN = 0.6
 
 
-def reward_negated(record: EpisodeRecord) -> dict[str, float]:
-    """The control of the answer test: every term of the default reward with its sign flipped, so
+def reward_negated(record: EpisodeRecord, config: RewardConfig) -> dict[str, float]:
+    """The control of the answer test: every term of the run's reward with its sign flipped, so
     GRPO's advantages are the correct ones negated."""
-    return {name: -value for name, value in episode_reward(record.info).items()}
+    return {name: -value for name, value in record_reward(record, config).items()}
 
 
 def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
@@ -127,14 +155,9 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
     before = answer_log_odds(start, turns)
     config = ReproduceConfig(family="vault", **TASK, grpo=GRPO)
     say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps, then its control")
-    history = run_grpo(config, start, tmp_path / "grpo")  # the reproduction's own GRPO stage
-    after = answer_log_odds(tmp_path / "grpo", turns)
-    say(f"log-odds after GRPO {after:.2f}; the control: the same steps with the reward negated")
-    run_grpo(config, start, tmp_path / "negated", reward_fn=reward_negated)
-    control = answer_log_odds(tmp_path / "negated", turns)
-    say(f"log-odds after the control {control:.2f}")
-    rewards = [h["reward/reward"] for h in history if "reward/reward" in h]
-    assert len(rewards) == GRPO["max_steps"]
+    after, control = paired_runs(
+        config, start, tmp_path, reward_negated, lambda model: answer_log_odds(model, turns), say
+    )
     assert after >= before + ANSWER_MARGIN, (before, after)
     assert after >= control + ANSWER_CONTROL_MARGIN, (after, control)
 
@@ -176,10 +199,10 @@ def choice_log_odds(model_dir: Path, points: list[tuple[list[int], int, int]]) -
     return statistics.mean((lp[a] - lp[b]).item() for lp, (_, a, b) in zip(logps, points, strict=True))
 
 
-def cost_flipped(record: EpisodeRecord) -> dict[str, float]:
-    """The control of the cost test: the default reward with its cost term's sign flipped, so that
+def cost_flipped(record: EpisodeRecord, config: RewardConfig) -> dict[str, float]:
+    """The control of the cost test: the run's reward with its cost term's sign flipped, so that
     GRPO is paid for the expensive edit."""
-    terms = episode_reward(record.info)
+    terms = record_reward(record, config)
     return {**terms, "reward": terms["reward"] - 2 * terms["cost"], "cost": -terms["cost"]}
 
 
@@ -191,17 +214,10 @@ def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, cap
     start = STARTS / "cost"
     points = decision_points(start, tmp_path / "validation")
     before = choice_log_odds(start, points)
-    steps = COST_GRPO["max_steps"]
-    say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, {steps} steps")
+    say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, then its control")
     config = ReproduceConfig(family="vault", **COST_TASK, grpo=COST_GRPO)  # the default reward
-    history = run_grpo(config, start, tmp_path / "grpo")
-    after = choice_log_odds(tmp_path / "grpo", points)
-    logged = [h for h in history if "reward/reward" in h]
-    shares = [round(h.get("targeted_share", float("nan")), 2) for h in logged]  # absent: no edit applied
-    say(f"log-odds after GRPO {after:.2f}; sampled targeted share per step {shares}; the control: cost sign flipped")
-    run_grpo(config, start, tmp_path / "flipped", reward_fn=cost_flipped)
-    control = choice_log_odds(tmp_path / "flipped", points)
-    say(f"log-odds after the control {control:.2f}")
-    assert len(logged) == steps
+    after, control = paired_runs(
+        config, start, tmp_path, cost_flipped, lambda model: choice_log_odds(model, points), say
+    )
     assert after >= before + COST_MARGIN, (before, after)
     assert after >= control + COST_CONTROL_MARGIN, (after, control)

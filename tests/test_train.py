@@ -379,7 +379,8 @@ def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
         eval_strategy="no",
     )
 
-    def low_ids(record):
+    def low_ids(record, config):
+        assert config == args.reward_config  # a reward_fn gets the run's reward weights
         ids = [t for inv in record.invocations for t in inv.completion_ids]
         return {"reward": sum(t < 1000 for t in ids) / max(1, len(ids))}
 

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -43,10 +43,8 @@ from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_s
 from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.models.registry import MARKER
 from rl_compaction.training.demos import check_demo_settings, write_demos
+from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
-
-if TYPE_CHECKING:  # the trainer imports TRL's GRPO stack: only run_grpo loads it
-    from rl_compaction.training.trainer import RewardFn
 
 #: The recipes the package ships (read with importlib.resources, so a wheel install has them);
 #: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.

@@ -19,11 +19,12 @@ until `max_turns`, which raised its reward from -0.26 to -0.003 with no success 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rl_compaction.core.summary import EpisodeSummary
+from rl_compaction.harness.rollout import EpisodeRecord
 
 
 @dataclass
@@ -81,3 +82,12 @@ def episode_reward(info: EpisodeSummary | Mapping[str, Any], config: RewardConfi
     }
     terms["reward"] = sum(terms.values())
     return terms
+
+
+#: a finished episode and the run's reward weights -> {"reward": r, <term>: value, ...}; every term is logged
+RewardFn = Callable[[EpisodeRecord, RewardConfig], dict[str, float]]
+
+
+def record_reward(record: EpisodeRecord, config: RewardConfig) -> dict[str, float]:
+    """The default `RewardFn`: `episode_reward` of the episode's final info."""
+    return episode_reward(record.info, config)

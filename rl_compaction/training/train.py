@@ -19,8 +19,9 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from rl_compaction.core.outputs import resolve_resume
 from rl_compaction.models.registry import load_pretrained
+from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import write_model_card
-from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, RewardFn
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 from rl_compaction.training.wandb_resume import continue_wandb_run
 
 

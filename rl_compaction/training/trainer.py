@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +41,9 @@ from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
-from rl_compaction.training.reward import RewardConfig, episode_reward
+from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
-
-RewardFn = Callable[[EpisodeRecord], dict[str, float]]  # a finished episode -> {"reward": r, <term>: value}
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
 
@@ -222,8 +219,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
         callbacks: list | None = None,
         reward_fn: RewardFn | None = None,
     ):
-        """`reward_fn(record) -> {"reward": r, <component>: value, ...}` replaces the default
-        `episode_reward(record.info, args.reward_config)` (extra terms, ablations); each is logged under reward/."""
+        """`reward_fn(record, args.reward_config) -> {"reward": r, <term>: value, ...}` replaces the default
+        `record_reward` (extra terms, ablations, controls); each term is logged under reward/."""
         if train_dataset is None:
             train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
         if eval_dataset is None and args.eval_strategy != "no":
@@ -251,7 +248,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
         self.counter = ChatTemplateCounter(self.processing_class, template_kwargs=args.chat_template_kwargs)
         self.last_records: list[EpisodeRecord] = []
-        self.reward_fn = reward_fn or (lambda record: episode_reward(record.info, args.reward_config))
+        self.reward_fn: RewardFn = reward_fn or record_reward
 
     # -------------------------------------------------------------- rollouts and rows
 
@@ -279,7 +276,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
                 any_active=self._any_active,
             )
         self.last_records = records
-        rewards = [self.reward_fn(r) for r in records]
+        rewards = [self.reward_fn(r, self.args.reward_config) for r in records]
 
         # One advantage per episode, normalised within its group of G (groups may span processes).
         local = torch.tensor([r["reward"] for r in rewards], dtype=torch.float32, device=device)
