@@ -17,6 +17,7 @@ from rl_compaction.recipes.reproduce import (
     ReproduceConfig,
     learning_curve,
     parse_reproduce_args,
+    turn_limit_warnings,
     verdict,
 )
 
@@ -49,6 +50,9 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     for row in ("learned (GRPO)", "SFT-only", "oracle@sliding_window", "oracle@none (window 1,000,000)"):
         assert row in table
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
+    # six pages take the oracle 15 turns: both short limits are said to cut episodes off
+    warned = [line.split(" is ")[0] for line in report["verdict"] if line.startswith("warning:")]
+    assert warned == ["warning: grpo.max_turns", "warning: eval_max_turns"]
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
     # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit shares
@@ -260,3 +264,10 @@ def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkey
     assert (out / "grpo" / "model.safetensors").exists()
     assert set(report["rows"]) >= {f"{out / 'grpo'}@evolve", f"{SHIPPED_START}@evolve"}
     assert list(json.loads((out / "progress.json").read_text())) == ["grpo", "eval"]
+
+
+@pytest.mark.parametrize("recipe", ["quickstart.yaml", "vault-tiny-cpu.yaml"])
+def test_the_shipped_recipes_turn_limits_leave_the_oracle_room(recipe, tmp_path):
+    """The quickstart's 9 turns hold the oracle's 7 at its length; the reproduction's 40 its 35."""
+    config = ReproduceConfig.from_yaml(RECIPES / recipe, output_dir=str(tmp_path / "out"))
+    assert turn_limit_warnings(config) == []

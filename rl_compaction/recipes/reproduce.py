@@ -40,8 +40,10 @@ import yaml
 from rl_compaction.core.configs import as_mapping, check_counts, help_field
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
-from rl_compaction.harness.tasks import SUBMIT_TOOL
-from rl_compaction.models.registry import MARKER
+from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
+from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty
+from rl_compaction.models.registry import MARKER, counter_name
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
@@ -550,11 +552,54 @@ def build_warm_start(config: ReproduceConfig, dest: Path) -> Path:
     return dest
 
 
+def oracle_turns(config: ReproduceConfig, scale: float, tokenizer: str, tasks: int = 16) -> int:
+    """The most turns the oracle's targeted edit takes over `tasks` train tasks at `scale`, counting in
+    `tokenizer`'s tokens: the least a turn limit must allow for a policy to succeed there."""
+    env_config = EnvConfig(
+        context_window=config.context_window,
+        compaction_threshold=config.compaction_threshold,
+        max_turns=100_000,
+        tokenizer=counter_name(tokenizer),
+    )
+    difficulty = Difficulty(scale=scale, level=config.level)
+    env = make_env(config.family, split="train", strategy="evolve", config=env_config, difficulty=difficulty)
+    try:
+        return max(run_oracle_episode(env, seed, **evolve_options("evolve"))["turns"] for seed in range(tasks))
+    finally:
+        env.close()
+
+
+def turn_limit_warnings(config: ReproduceConfig) -> list[str]:
+    """A sentence for GRPO's and the eval's turn limit where it leaves the oracle no room, as when a
+    short recipe runs at a longer length: there every row is cut off, the oracle's too. Said before
+    stage 1 and in the verdict, not refused: smoke runs cut episodes short on purpose."""
+    from rl_compaction.training.trainer import CompactionGRPOConfig
+
+    tokenizer = config.warm_start or config.model
+    eval_scale = config.eval_scale if config.eval_scale is not None else config.scale
+    grpo_turns = config.grpo.get("max_turns", CompactionGRPOConfig.max_turns)
+    warnings = []
+    for name, limit, scale in (
+        ("grpo.max_turns", grpo_turns, config.scale),
+        ("eval_max_turns", config.eval_max_turns, eval_scale),
+    ):
+        need = oracle_turns(config, scale, tokenizer)
+        if limit < need:
+            warnings.append(
+                f"warning: {name} is {limit}, but at scale {scale} the oracle's targeted edit takes up to {need} "
+                f"turns (16 train tasks): episodes that need more are cut off; set {name} to {need} or more"
+            )
+    return warnings
+
+
 def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
     With `resume`, a folder holding a run of the same config continues from its first unfinished
     stage (the eval also keeps its finished episodes)."""
     out, timings = _open_output(config, resume)
+    warnings = turn_limit_warnings(config)
+    for line in warnings:
+        _log(line)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_DIR", str(out))
     if timings:
@@ -623,7 +668,7 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
     )
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
     curve = plot_learning_curve(history, out / "learning_curve.png")
-    lines = verdict(rows, learned, sft, unlimited_name)
+    lines = [*verdict(rows, learned, sft, unlimited_name), *warnings]
     report = {
         "table": table,
         "verdict": lines,
