@@ -291,5 +291,5 @@ def test_a_model_row_samples_the_same_episodes_whatever_rows_ran_before_it(tmp_p
     alone = sampled([model], "alone")
     assert alone == sampled([model.replace("@evolve", "@none"), model], "second")
     assert alone != sampled([model], "other_seed", sampling_seed=1)
-    with pytest.raises(ValueError, match="sampling_seed must be an integer >= 0"):
+    with pytest.raises(ValueError, match=r"sampling_seed must be a seed \(an integer >= 0\)"):
         EvalConfig(policies=[model], sampling_seed=-1)

@@ -118,10 +118,10 @@ class EvalConfig:
         if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
             raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
         check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))
-        for name in ("seed_start", "sampling_seed"):
+        for name, what in (("seed_start", "a task seed"), ("sampling_seed", "a seed")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+                raise ValueError(f"{name} must be {what} (an integer >= 0), got {value!r}")
         Difficulty(scale=self.scale, level=self.level)
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
