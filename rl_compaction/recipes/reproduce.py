@@ -552,7 +552,11 @@ def build_warm_start(config: ReproduceConfig, dest: Path) -> Path:
     return dest
 
 
-def oracle_turns(config: ReproduceConfig, scale: float, tokenizer: str, tasks: int = 16) -> int:
+#: train tasks the oracle plays to find the turns a length needs (its episodes take milliseconds)
+ORACLE_TURN_TASKS = 16
+
+
+def oracle_turns(config: ReproduceConfig, scale: float, tokenizer: str, tasks: int = ORACLE_TURN_TASKS) -> int:
     """The most turns the oracle's targeted edit takes over `tasks` train tasks at `scale`, counting in
     `tokenizer`'s tokens: the least a turn limit must allow for a policy to succeed there."""
     env_config = EnvConfig(
@@ -578,16 +582,17 @@ def turn_limit_warnings(config: ReproduceConfig) -> list[str]:
     tokenizer = config.warm_start or config.model
     eval_scale = config.eval_scale if config.eval_scale is not None else config.scale
     grpo_turns = config.grpo.get("max_turns", CompactionGRPOConfig.max_turns)
+    needs = {scale: oracle_turns(config, scale, tokenizer) for scale in {config.scale, eval_scale}}  # once a length
     warnings = []
     for name, limit, scale in (
         ("grpo.max_turns", grpo_turns, config.scale),
         ("eval_max_turns", config.eval_max_turns, eval_scale),
     ):
-        need = oracle_turns(config, scale, tokenizer)
-        if limit < need:
+        if limit < needs[scale]:
             warnings.append(
-                f"warning: {name} is {limit}, but at scale {scale} the oracle's targeted edit takes up to {need} "
-                f"turns (16 train tasks): episodes that need more are cut off; set {name} to {need} or more"
+                f"warning: {name} is {limit}, but at scale {scale} the oracle's targeted edit takes up to "
+                f"{needs[scale]} turns ({ORACLE_TURN_TASKS} train tasks): episodes that need more are cut off; "
+                f"set {name} to {needs[scale]} or more"
             )
     return warnings
 
