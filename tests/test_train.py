@@ -3,6 +3,7 @@ and resume, W&B offline files, and a learning test."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -19,7 +20,12 @@ from rl_compaction.models.registry import resolve_model
 from rl_compaction.training.reward import RewardConfig, episode_reward
 from rl_compaction.training.segments import build_segments
 from rl_compaction.training.train import main as train_main
-from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, group_advantages
+from rl_compaction.training.trainer import (
+    CompactionGRPOConfig,
+    CompactionGRPOTrainer,
+    group_advantages,
+    trim_micro_batch,
+)
 
 TINY_CONFIG = str(Path(__file__).parents[1] / "configs" / "train" / "tiny-cpu.yaml")
 
@@ -184,6 +190,67 @@ def test_pad_to_multiple_of_is_honoured(tiny_trainer):
     assert batch["prompt_ids"].shape[1] == 8 and batch["completion_ids"].shape[1] == 8
     assert batch["tool_mask"].shape == batch["completion_mask"].shape == (1, 8)
     assert batch["tool_mask"].sum() == 4 and batch["num_items_in_batch"] == 4  # padding is never trained
+
+
+#: a micro-batch as TRL splits it: one long episode, a short segment whose tail is harness output, and
+#: two empty rows that even out the micro-batches (prompt, completion, loss mask, advantage)
+PADDED_ROWS = [
+    (list(range(5, 25)), list(range(30, 70)), [1] * 30 + [0] * 5 + [1] * 5, 1.0),
+    (list(range(5, 13)), list(range(40, 52)), [1] * 6 + [0] * 6, -0.5),
+    ([0], [0], [0], 0.0),
+    ([0], [0], [0], 0.0),
+]
+
+
+def test_trimming_the_micro_batch_keeps_the_loss_and_its_gradient(tiny_trainer):
+    """TRL pads a micro-batch to the generation batch's longest row; the trainer drops the rows and
+    columns that cannot change the loss (trim_micro_batch). The loss and every gradient stay the same."""
+    from trl import GRPOTrainer
+
+    from rl_compaction.training.segments import Segment
+
+    segments = [(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in PADDED_ROWS]
+    batch = tiny_trainer._rows_to_tensors(segments, torch.device("cpu"))
+    batch = {**batch, "completion_ids": torch.nn.functional.pad(batch["completion_ids"], (0, 7))}  # wider, as TRL's
+    for key in ("completion_mask", "tool_mask"):
+        batch[key] = torch.nn.functional.pad(batch[key], (0, 7))
+    trimmed = trim_micro_batch(batch)
+    assert trimmed["prompt_ids"].shape == (2, 20) and trimmed["completion_ids"].shape == (2, 40)
+    assert trimmed["advantages"].tolist() == [1.0, -0.5] and trimmed["num_items_in_batch"] == 41
+
+    # in float64: in float32 a padding mask alone moves this random model's gradient by ~1e-3 (another kernel)
+    model = copy.deepcopy(tiny_trainer.model).double()
+
+    def loss_and_grad(compute) -> tuple[float, torch.Tensor]:
+        model.zero_grad()
+        loss = compute(model, batch)
+        loss.backward()
+        return loss.item(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    full_loss, full_grad = loss_and_grad(lambda model, b: GRPOTrainer._compute_loss(tiny_trainer, model, b))
+    loss, grad = loss_and_grad(tiny_trainer._compute_loss)
+    assert full_loss != 0 and abs(loss - full_loss) < 1e-9 * abs(full_loss)
+    assert full_grad.norm() > 0 and (grad - full_grad).norm() < 1e-9 * full_grad.norm()
+
+
+def test_trimming_keeps_one_row_and_the_padding_multiple():
+    def rows(masks: list[list[int]]) -> dict:
+        n, width = len(masks), len(masks[0])
+        return {
+            "prompt_ids": torch.zeros(n, 6, dtype=torch.long),
+            "prompt_mask": torch.tensor([[0, 0, 0, 0, 1, 1]] * n),
+            "completion_ids": torch.zeros(n, width, dtype=torch.long),
+            "completion_mask": torch.ones(n, width, dtype=torch.long),
+            "tool_mask": torch.tensor(masks),
+            "advantages": torch.arange(n, dtype=torch.float32),
+            "num_items_in_batch": torch.tensor(sum(map(sum, masks))),
+        }
+
+    empty = trim_micro_batch(rows([[0, 0, 0, 0]] * 3))  # nothing trained: one row still runs a forward
+    assert empty["completion_ids"].shape == (1, 1) and empty["prompt_ids"].shape == (1, 2)
+    kept = trim_micro_batch(rows([[0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]), multiple=4)
+    assert kept["advantages"].tolist() == [1.0]
+    assert kept["prompt_ids"].shape == (1, 4) and kept["completion_ids"].shape == (1, 4)
 
 
 def test_a_turn_cut_off_at_the_budget_can_be_left_out_of_the_loss():

@@ -184,6 +184,60 @@ def episode_reward_func(prompts: list, completions: list, **kwargs: Any) -> list
     raise RuntimeError("episode rewards come from CompactionGRPOTrainer.reward_fn; TRL does not score turns here")
 
 
+#: the micro-batch tensors with a completion column per token (trimmed with the completion); `prompt_ids` and
+#: `prompt_mask` are trimmed on the left, every other tensor with a row per row only loses rows
+COMPLETION_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+)
+
+
+def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None) -> dict[str, Any]:
+    """The micro-batch without what cannot change TRL's token-level loss: the rows with no trained token
+    (the padding rows that even out the micro-batches; segments whose turns were all cut off) and the
+    columns that are padding in every kept row, or that come after the last trained token.
+
+    Why: TRL pads the whole generation batch to its longest row before splitting it into micro-batches,
+    so a micro-batch of one 2,400-token episode and two empty rows ran as 3 x 3,636 tokens with a padding
+    mask (~10x the attention work on CPU). Exact: a dropped row adds nothing to the loss's sum, whose
+    normaliser is the generation batch's trained-token count (`num_items_in_batch`, or the micro-batch's
+    for `bnpo`, unchanged); causal attention never lets a later column change an earlier logit; and a
+    left-padded column is masked for every key, while RoPE scores depend on relative positions only.
+    One row is always kept, so every process still runs one forward per micro-batch (FSDP, ZeRO-3).
+    `multiple` keeps TRL's `pad_to_multiple_of` widths."""
+    mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+    trained = mask.sum(dim=1) > 0
+    rows = trained.nonzero().flatten() if trained.any() else torch.tensor([0], device=mask.device)
+    n = mask.size(0)
+    prompt_width, completion_width = inputs["prompt_ids"].size(1), mask.size(1)
+    kept_mask = mask[rows]
+    used = kept_mask.any(dim=0).nonzero()
+    end = int(used.max()) + 1 if used.numel() else 1  # completion columns up to the last trained token
+    prompt_used = inputs["prompt_mask"][rows].any(dim=0).nonzero()
+    start = int(prompt_used.min()) if prompt_used.numel() else prompt_width - 1  # first real prompt column
+    keep_prompt = prompt_width - start
+    if multiple:
+        end = min(completion_width, -(-end // multiple) * multiple)
+        keep_prompt = min(prompt_width, -(-keep_prompt // multiple) * multiple)
+    out: dict[str, Any] = {}
+    for key, value in inputs.items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != n:
+            out[key] = value
+            continue
+        value = value[rows]
+        if key in ("prompt_ids", "prompt_mask"):
+            value = value[:, prompt_width - keep_prompt :]
+        elif key in COMPLETION_KEYS and value.dim() > 1 and value.size(1) == completion_width:
+            value = value[:, :end]
+        out[key] = value
+    return out
+
+
 class TRLGenerationPolicy(Policy):
     """Samples turns through the trainer's own generation path (vLLM or transformers), so
     weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
@@ -306,6 +360,10 @@ class CompactionGRPOTrainer(GRPOTrainer):
         self._log_episode_metrics(mode, records, rewards, rows)
         self._log_trl_metrics(mode, records, self.accelerator.gather(local), G)
         return batch
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss, on the micro-batch without its padding (`trim_micro_batch`: the same loss)."""
+        return super()._compute_loss(model, trim_micro_batch(inputs, self.pad_to_multiple_of))
 
     def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
         """The metrics TRL's own GRPO logs, over episodes (rewards) and model turns (completions)."""
