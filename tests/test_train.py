@@ -233,6 +233,38 @@ def test_trimming_the_micro_batch_keeps_the_loss_and_its_gradient(tiny_trainer):
     assert full_grad.norm() > 0 and (grad - full_grad).norm() < 1e-9 * full_grad.norm()
 
 
+def test_old_and_reference_log_probs_skip_the_padding_too(tiny_trainer):
+    """The no-grad forwards (old log-probs under vLLM or several iterations, the reference model's for
+    the KL) also run chunk by chunk without padding; where a token is trained they are the padded ones."""
+    from trl import GRPOTrainer
+
+    from rl_compaction.training.segments import Segment
+
+    segments = [(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in PADDED_ROWS]
+    batch = tiny_trainer._rows_to_tensors(segments, torch.device("cpu"))
+    model = copy.deepcopy(tiny_trainer.model).double()
+
+    def logps_of(input_ids, attention_mask, logits_to_keep, batch_size):
+        return GRPOTrainer._get_per_token_logps_and_entropies(
+            tiny_trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+        )[0]
+
+    with torch.no_grad():
+        padded = logps_of(
+            torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1),
+            batch["completion_ids"].size(1),
+            4,
+        )
+        for chunk in (1, 2, 4):
+            unpadded = tiny_trainer._unpadded_logps(logps_of, batch, chunk)
+            assert unpadded.shape == padded.shape
+            trained = (batch["completion_mask"] * batch["tool_mask"]).bool()
+            assert (unpadded - padded)[trained].abs().max() < 1e-9
+        # a chunk with a trained row never runs its empty rows (zeros, which every use masks)
+        assert not tiny_trainer._unpadded_logps(logps_of, batch, 4)[2:].any()
+
+
 def test_trimming_keeps_one_row_and_the_padding_multiple():
     def rows(masks: list[list[int]]) -> dict:
         n, width = len(masks), len(masks[0])
