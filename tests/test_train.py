@@ -17,15 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.models.registry import resolve_model
+from rl_compaction.training.microbatch import trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, episode_reward
 from rl_compaction.training.segments import build_segments
 from rl_compaction.training.train import main as train_main
-from rl_compaction.training.trainer import (
-    CompactionGRPOConfig,
-    CompactionGRPOTrainer,
-    group_advantages,
-    trim_micro_batch,
-)
+from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, group_advantages
 
 TINY_CONFIG = str(Path(__file__).parents[1] / "configs" / "train" / "tiny-cpu.yaml")
 
@@ -257,12 +253,12 @@ def test_old_and_reference_log_probs_skip_the_padding_too(tiny_trainer):
             4,
         )
         for chunk in (1, 2, 4):
-            unpadded = tiny_trainer._unpadded_logps(logps_of, batch, chunk)
+            unpadded = unpadded_logps(logps_of, batch, chunk)
             assert unpadded.shape == padded.shape
             trained = (batch["completion_mask"] * batch["tool_mask"]).bool()
             assert (unpadded - padded)[trained].abs().max() < 1e-9
         # a chunk with a trained row never runs its empty rows (zeros, which every use masks)
-        assert not tiny_trainer._unpadded_logps(logps_of, batch, 4)[2:].any()
+        assert not unpadded_logps(logps_of, batch, 4)[2:].any()
 
 
 def test_trimming_keeps_one_row_and_the_padding_multiple():

@@ -15,10 +15,14 @@ logging) and replace one method, `_generate_and_score_completions`:
 3. The episode is cut into segments (`rl_compaction.training.segments`): rows whose prompt is the first
    prompt of the row and whose "completion" holds the sampled tokens (trained) interleaved with
    what the harness added (masked through TRL's `tool_mask`). Every row carries A_i.
-4. TRL's loss then runs unchanged. Only token-level losses are allowed (`dapo`, `cispo`, `bnpo`):
+4. TRL's loss then runs unchanged, on each micro-batch without the rows and columns that hold no
+   trained token (`rl_compaction.training.microbatch`). Only token-level losses are allowed (`dapo`, `cispo`, `bnpo`):
        L = - sum_{rows, t} mask_t * min(rho_t A, clip(rho_t) A) / (number of trained tokens)
    so an episode weighs by its trained tokens, never by how many segments an edit cut it into
    (per-sequence means, as in `grpo`, would weight every segment like an episode).
+
+Why one module of ~500 lines: the trainer's overrides of TRL are the steps above in order, with the
+config whose fields they read; split, the algorithm would read in pieces.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
+from rl_compaction.training.microbatch import trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
@@ -182,71 +187,6 @@ def episode_reward_func(prompts: list, completions: list, **kwargs: Any) -> list
     (`CompactionGRPOTrainer.reward_fn`), computed once it ends, so TRL never calls this. Its name
     names the reward in TRL's metrics (``rewards/episode_reward_func/mean`` and ``/std``)."""
     raise RuntimeError("episode rewards come from CompactionGRPOTrainer.reward_fn; TRL does not score turns here")
-
-
-#: what a forward reads of a micro-batch
-SEQUENCE_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask")
-#: the micro-batch tensors with a completion column per token (trimmed with the completion); `prompt_ids` and
-#: `prompt_mask` are trimmed on the left, every other tensor with a row per row only loses rows
-COMPLETION_KEYS = (
-    "completion_ids",
-    "completion_mask",
-    "tool_mask",
-    "old_per_token_logps",
-    "ref_per_token_logps",
-    "sampling_per_token_logps",
-    "importance_sampling_ratio",
-)
-
-
-def micro_batch_extent(inputs: dict[str, Any], multiple: int | None = None) -> tuple[torch.Tensor, int, int]:
-    """(rows, prompt columns, completion columns) of the micro-batch that can change TRL's token-level loss:
-    the rows with a trained token (one row if none has, so that every process still runs one forward per
-    micro-batch, as FSDP and ZeRO-3 need), the last prompt columns up to the first real token of a kept row,
-    and the completion columns up to the last trained token. `multiple` keeps TRL's `pad_to_multiple_of`."""
-    mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-    trained = mask.sum(dim=1) > 0
-    rows = trained.nonzero().flatten() if trained.any() else torch.tensor([0], device=mask.device)
-    prompt_width, completion_width = inputs["prompt_ids"].size(1), mask.size(1)
-    used = mask[rows].any(dim=0).nonzero()
-    end = int(used.max()) + 1 if used.numel() else 1
-    prompt_used = inputs["prompt_mask"][rows].any(dim=0).nonzero()
-    keep_prompt = prompt_width - (int(prompt_used.min()) if prompt_used.numel() else prompt_width - 1)
-    if multiple:
-        end = min(completion_width, -(-end // multiple) * multiple)
-        keep_prompt = min(prompt_width, -(-keep_prompt // multiple) * multiple)
-    return rows, keep_prompt, end
-
-
-def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None) -> dict[str, Any]:
-    """The micro-batch without what cannot change TRL's token-level loss (`micro_batch_extent`): the rows
-    with no trained token (the padding rows that even out the micro-batches; segments whose turns were all
-    cut off) and the columns that are padding in every kept row, or that come after the last trained token.
-
-    Why: TRL pads the whole generation batch to its longest row before splitting it into micro-batches,
-    so a micro-batch of one 2,400-token episode and two empty rows ran as 3 x 3,636 tokens with a padding
-    mask (~10x the attention work on CPU). Exact: a dropped row adds nothing to the loss's sum, whose
-    normaliser is the generation batch's trained-token count (`num_items_in_batch`, or the micro-batch's
-    for `bnpo`, unchanged); causal attention never lets a later column change an earlier logit; and a
-    left-padded column is masked for every key, while RoPE scores depend on relative positions only."""
-    rows, keep_prompt, end = micro_batch_extent(inputs, multiple)
-    n, prompt_width, completion_width = (
-        inputs["prompt_ids"].size(0),
-        inputs["prompt_ids"].size(1),
-        inputs["completion_ids"].size(1),
-    )
-    out: dict[str, Any] = {}
-    for key, value in inputs.items():
-        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != n:
-            out[key] = value
-            continue
-        value = value[rows]
-        if key in ("prompt_ids", "prompt_mask"):
-            value = value[:, prompt_width - keep_prompt :]
-        elif key in COMPLETION_KEYS and value.dim() > 1 and value.size(1) == completion_width:
-            value = value[:, :end]
-        out[key] = value
-    return out
 
 
 class TRLGenerationPolicy(Policy):
@@ -439,10 +379,11 @@ class CompactionGRPOTrainer(GRPOTrainer):
         # TRL's own context: no gradient checkpointing for these no-grad forwards
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             generate_every = self.args.steps_per_generation * self.num_iterations
+            multiple = self.pad_to_multiple_of
             if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
-                output["old_per_token_logps"] = self._unpadded_logps(self._policy_logps, output, batch_size)
+                output["old_per_token_logps"] = unpadded_logps(self._policy_logps, output, batch_size, multiple)
             if self.beta != 0.0:
-                output["ref_per_token_logps"] = self._unpadded_logps(self._reference_logps, output, batch_size)
+                output["ref_per_token_logps"] = unpadded_logps(self._reference_logps, output, batch_size, multiple)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             sampled = padded([s.logprobs for s, _ in rows], 0.0, "right", torch.float32)
             # a logprob vLLM could not give (NaN) gets a zero difference: ratio 1, as in TRL
@@ -453,26 +394,6 @@ class CompactionGRPOTrainer(GRPOTrainer):
                 ratio, min=self.vllm_importance_sampling_clip_min, max=self.vllm_importance_sampling_clip_max
             )
         return output
-
-    def _unpadded_logps(self, logps_of: Any, batch: dict[str, Any], batch_size: int) -> torch.Tensor:
-        """`logps_of(input_ids, attention_mask, logits_to_keep, batch_size)` over the batch's completion
-        columns, `batch_size` rows at a time, each chunk without its padding (`micro_batch_extent`, as the
-        loss); zero where nothing is trained, which every use of these log-probs masks."""
-        n, width = batch["completion_ids"].shape
-        out: torch.Tensor | None = None
-        for start in range(0, n, batch_size):
-            chunk = {key: batch[key][start : start + batch_size] for key in SEQUENCE_KEYS}
-            rows, keep_prompt, end = micro_batch_extent(chunk, self.pad_to_multiple_of)
-            input_ids = torch.cat([chunk["prompt_ids"][rows, -keep_prompt:], chunk["completion_ids"][rows, :end]], 1)
-            attention_mask = torch.cat(
-                [chunk["prompt_mask"][rows, -keep_prompt:], chunk["completion_mask"][rows, :end]], 1
-            )
-            logps = logps_of(input_ids, attention_mask, end, len(rows))
-            if out is None:
-                out = torch.zeros(n, width, dtype=logps.dtype, device=logps.device)
-            out[start + rows, :end] = logps
-        assert out is not None  # a batch always has a row (the padding rows at least)
-        return out
 
     def _policy_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
         return self._get_per_token_logps_and_entropies(
