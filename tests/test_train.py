@@ -261,7 +261,7 @@ def test_old_and_reference_log_probs_skip_the_padding_too(tiny_trainer):
         assert not unpadded_logps(logps_of, batch, 4)[2:].any()
 
 
-def test_trimming_keeps_one_row_and_the_padding_multiple():
+def test_trimming_keeps_enough_rows_and_the_padding_multiple():
     def rows(masks: list[list[int]]) -> dict:
         n, width = len(masks), len(masks[0])
         return {
@@ -279,6 +279,10 @@ def test_trimming_keeps_one_row_and_the_padding_multiple():
     kept = trim_micro_batch(rows([[0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]), multiple=4)
     assert kept["advantages"].tolist() == [1.0]
     assert kept["prompt_ids"].shape == (1, 4) and kept["completion_ids"].shape == (1, 4)
+    # with several processes, each keeps as many rows as the one that keeps most (TRL gathers per-row values),
+    # untrained ones after the trained, in their order
+    padded = trim_micro_batch(rows([[0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0]]), min_rows=3)
+    assert padded["advantages"].tolist() == [0.0, 1.0, 2.0] and padded["completion_ids"].shape == (3, 2)
 
 
 def test_a_turn_cut_off_at_the_budget_can_be_left_out_of_the_loss():

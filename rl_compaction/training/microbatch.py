@@ -28,14 +28,28 @@ COMPLETION_KEYS = (
 )
 
 
-def micro_batch_extent(inputs: dict[str, Any], multiple: int | None = None) -> tuple[torch.Tensor, int, int]:
+def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    return inputs["completion_mask"] * inputs.get("tool_mask", 1)
+
+
+def trained_rows(inputs: dict[str, Any]) -> int:
+    """How many rows of the micro-batch hold a trained token."""
+    return int((_loss_mask(inputs).sum(dim=1) > 0).sum())
+
+
+def micro_batch_extent(
+    inputs: dict[str, Any], multiple: int | None = None, min_rows: int = 1
+) -> tuple[torch.Tensor, int, int]:
     """(rows, prompt columns, completion columns) of the micro-batch that can change TRL's token-level loss:
-    the rows with a trained token (one row if none has, so that every process still runs one forward per
-    micro-batch, as FSDP and ZeRO-3 need), the last prompt columns up to the first real token of a kept row,
-    and the completion columns up to the last trained token. `multiple` keeps TRL's `pad_to_multiple_of`."""
-    mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+    the rows with a trained token, then untrained ones up to `min_rows` (at least one, so that every process
+    still runs one forward per micro-batch, as FSDP and ZeRO-3 need; with several processes, as many as the
+    others keep, since TRL gathers per-row metrics), in their order; the last prompt columns up to the first
+    real token of a kept row; the completion columns up to the last trained token. `multiple` keeps TRL's
+    `pad_to_multiple_of`."""
+    mask = _loss_mask(inputs)
     trained = mask.sum(dim=1) > 0
-    rows = trained.nonzero().flatten() if trained.any() else torch.tensor([0], device=mask.device)
+    first = torch.argsort((~trained).int(), stable=True)  # the trained rows first, each group in order
+    rows = first[: min(mask.size(0), max(min_rows, 1, int(trained.sum())))].sort().values
     prompt_width, completion_width = inputs["prompt_ids"].size(1), mask.size(1)
     used = mask[rows].any(dim=0).nonzero()
     end = int(used.max()) + 1 if used.numel() else 1
@@ -47,7 +61,7 @@ def micro_batch_extent(inputs: dict[str, Any], multiple: int | None = None) -> t
     return rows, keep_prompt, end
 
 
-def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None) -> dict[str, Any]:
+def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None, min_rows: int = 1) -> dict[str, Any]:
     """The micro-batch without what cannot change TRL's token-level loss (`micro_batch_extent`): the rows
     with no trained token (the padding rows that even out the micro-batches; segments whose turns were all
     cut off) and the columns that are padding in every kept row, or that come after the last trained token.
@@ -58,7 +72,7 @@ def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None) -> dic
     normaliser is the generation batch's trained-token count (`num_items_in_batch`, or the micro-batch's
     for `bnpo`, unchanged); causal attention never lets a later column change an earlier logit; and a
     left-padded column is masked for every key, while RoPE scores depend on relative positions only."""
-    rows, keep_prompt, end = micro_batch_extent(inputs, multiple)
+    rows, keep_prompt, end = micro_batch_extent(inputs, multiple, min_rows)
     n, prompt_width, completion_width = (
         inputs["prompt_ids"].size(0),
         inputs["prompt_ids"].size(1),

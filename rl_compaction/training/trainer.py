@@ -45,7 +45,7 @@ from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
-from rl_compaction.training.microbatch import trim_micro_batch, unpadded_logps
+from rl_compaction.training.microbatch import trained_rows, trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
@@ -313,8 +313,11 @@ class CompactionGRPOTrainer(GRPOTrainer):
         return batch
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL's loss, on the micro-batch without its padding (`trim_micro_batch`: the same loss)."""
-        return super()._compute_loss(model, trim_micro_batch(inputs, self.pad_to_multiple_of))
+        """TRL's loss, on the micro-batch without its padding (`trim_micro_batch`: the same loss). Every
+        process keeps as many rows as the one that keeps most: TRL gathers per-row clip ratios."""
+        rows = torch.tensor([trained_rows(inputs)], device=self.accelerator.device)
+        most = int(self.accelerator.gather(rows).max()) if self.accelerator.num_processes > 1 else 1
+        return super()._compute_loss(model, trim_micro_batch(inputs, self.pad_to_multiple_of, most))
 
     def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
         """The metrics TRL's own GRPO logs, over episodes (rewards) and model turns (completions)."""
