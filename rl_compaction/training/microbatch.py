@@ -66,12 +66,10 @@ def trim_micro_batch(inputs: dict[str, Any], multiple: int | None = None, min_ro
     with no trained token (the padding rows that even out the micro-batches; segments whose turns were all
     cut off) and the columns that are padding in every kept row, or that come after the last trained token.
 
-    Why: TRL pads the whole generation batch to its longest row before splitting it into micro-batches,
-    so a micro-batch of one 2,400-token episode and two empty rows ran as 3 x 3,636 tokens with a padding
-    mask (~10x the attention work on CPU). Exact: a dropped row adds nothing to the loss's sum, whose
-    normaliser is the generation batch's trained-token count (`num_items_in_batch`, or the micro-batch's
-    for `bnpo`, unchanged); causal attention never lets a later column change an earlier logit; and a
-    left-padded column is masked for every key, while RoPE scores depend on relative positions only."""
+    Exact: a dropped row adds nothing to the loss's sum, whose normaliser is the generation batch's
+    trained-token count (`num_items_in_batch`, or the micro-batch's for `bnpo`, unchanged); causal attention
+    never lets a later column change an earlier logit; and a left-padded column is masked for every key,
+    while RoPE scores depend on relative positions only."""
     rows, keep_prompt, end = micro_batch_extent(inputs, multiple, min_rows)
     n, prompt_width, completion_width = (
         inputs["prompt_ids"].size(0),
