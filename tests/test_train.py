@@ -198,15 +198,19 @@ PADDED_ROWS = [
 ]
 
 
+def _padded_batch(trainer) -> dict:
+    from rl_compaction.training.segments import Segment
+
+    segments = [(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in PADDED_ROWS]
+    return trainer._rows_to_tensors(segments, torch.device("cpu"))
+
+
 def test_trimming_the_micro_batch_keeps_the_loss_and_its_gradient(tiny_trainer):
     """TRL pads a micro-batch to the generation batch's longest row; the trainer drops the rows and
     columns that cannot change the loss (trim_micro_batch). The loss and every gradient stay the same."""
     from trl import GRPOTrainer
 
-    from rl_compaction.training.segments import Segment
-
-    segments = [(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in PADDED_ROWS]
-    batch = tiny_trainer._rows_to_tensors(segments, torch.device("cpu"))
+    batch = _padded_batch(tiny_trainer)
     batch = {**batch, "completion_ids": torch.nn.functional.pad(batch["completion_ids"], (0, 7))}  # wider, as TRL's
     for key in ("completion_mask", "tool_mask"):
         batch[key] = torch.nn.functional.pad(batch[key], (0, 7))
@@ -234,10 +238,7 @@ def test_old_and_reference_log_probs_skip_the_padding_too(tiny_trainer):
     the KL) also run chunk by chunk without padding; where a token is trained they are the padded ones."""
     from trl import GRPOTrainer
 
-    from rl_compaction.training.segments import Segment
-
-    segments = [(Segment(p, c, m, [0.0] * len(c)), a) for p, c, m, a in PADDED_ROWS]
-    batch = tiny_trainer._rows_to_tensors(segments, torch.device("cpu"))
+    batch = _padded_batch(tiny_trainer)
     model = copy.deepcopy(tiny_trainer.model).double()
 
     def logps_of(input_ids, attention_mask, logits_to_keep, batch_size):

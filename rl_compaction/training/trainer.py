@@ -315,8 +315,10 @@ class CompactionGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's loss, on the micro-batch without its padding (`trim_micro_batch`: the same loss). Every
         process keeps as many rows as the one that keeps most: TRL gathers per-row clip ratios."""
-        rows = torch.tensor([trained_rows(inputs)], device=self.accelerator.device)
-        most = int(self.accelerator.gather(rows).max()) if self.accelerator.num_processes > 1 else 1
+        most = 1
+        if self.accelerator.num_processes > 1:
+            rows = torch.tensor([trained_rows(inputs)], device=self.accelerator.device)
+            most = int(self.accelerator.gather(rows).max())
         return super()._compute_loss(model, trim_micro_batch(inputs, self.pad_to_multiple_of, most))
 
     def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
