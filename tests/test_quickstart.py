@@ -268,6 +268,6 @@ def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkey
 
 @pytest.mark.parametrize("recipe", ["quickstart.yaml", "vault-tiny-cpu.yaml"])
 def test_the_shipped_recipes_turn_limits_leave_the_oracle_room(recipe, tmp_path):
-    """The quickstart's 9 turns hold the oracle's 7 at its length; the reproduction's 40 its 35."""
+    """The quickstart's 9 turns hold the oracle's 7 at its length; the reproduction's 13 its 11."""
     config = ReproduceConfig.from_yaml(RECIPES / recipe, output_dir=str(tmp_path / "out"))
     assert turn_limit_warnings(config) == []
