@@ -112,3 +112,37 @@ def unpadded_logps(
         out[start + rows, :end] = logps
     assert out is not None  # a batch always has a row (the padding rows at least)
     return out
+
+
+def per_row_logps(
+    forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """TRL's `_get_per_token_logps_and_entropies` (`forward`, same arguments and results) run one row at a time
+    on that row's own tokens: a padded batch makes transformers build a dense B x 1 x W x W attention mask
+    (~10 GB as bool at 5 x 45k tokens) and keeps SDPA off its flash path; a row without padding needs no mask.
+    A row's tokens are contiguous (left-padded prompt, right-padded completion); its columns outside them are 0,
+    which every use masks. The same log-probs as the padded forward (RoPE sees relative positions only)."""
+    if bool(attention_mask.all()):
+        return forward(input_ids, attention_mask, logits_to_keep, **kwargs)
+    width = input_ids.size(1)
+    first_kept = width - logits_to_keep
+    logps, entropies, aux = [], [], []
+    for row in range(input_ids.size(0)):
+        real = attention_mask[row].nonzero()
+        start, end = int(real.min()), int(real.max()) + 1
+        keep = end - max(start, first_kept)  # the row's own completion columns (TRL pads every row to one)
+        if keep <= 0:
+            raise ValueError(f"row {row} has no completion token")
+        ids, mask = input_ids[row : row + 1, start:end], attention_mask[row : row + 1, start:end]
+        row_logps, row_entropy, row_aux = forward(ids, mask, keep, **{**kwargs, "batch_size": 1})
+        pad = (max(0, start - first_kept), width - end)
+        logps.append(torch.nn.functional.pad(row_logps, pad))
+        if row_entropy is not None:
+            entropies.append(torch.nn.functional.pad(row_entropy, pad))
+        if row_aux is not None:
+            aux.append(row_aux)
+    return torch.cat(logps), torch.cat(entropies) if entropies else None, torch.stack(aux).mean() if aux else None

@@ -46,6 +46,7 @@ from rl_compaction.core import chat_format
 from rl_compaction.core.outputs import check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import row_observation, turn_kind
+from rl_compaction.training.precision import check_master_weights
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
 _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
@@ -207,6 +208,7 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     model, tokenizer = load_pretrained(
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
+    check_master_weights(model, args, model_args.use_peft)
     train_dataset = prepare_dataset(
         load_demos(script_args.dataset_dir),
         tokenizer,

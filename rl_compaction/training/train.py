@@ -19,6 +19,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from rl_compaction.core.outputs import resolve_resume
 from rl_compaction.models.registry import load_pretrained
+from rl_compaction.training.precision import check_master_weights
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import write_model_card
 from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
@@ -32,6 +33,7 @@ def build_trainer(
     model, tokenizer = load_pretrained(
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
+    check_master_weights(model, args, model_args.use_peft)
     peft_config = get_peft_config(model_args)
     return CompactionGRPOTrainer(model, args, processing_class=tokenizer, peft_config=peft_config, reward_fn=reward_fn)
 

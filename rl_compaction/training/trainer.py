@@ -28,8 +28,10 @@ config whose fields they read; split, the algorithm would read in pieces.
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,10 +44,10 @@ from trl.trainer.utils import pad
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
-from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
-from rl_compaction.training.microbatch import trained_rows, trim_micro_batch, unpadded_logps
+from rl_compaction.training.generation import TRLGenerationPolicy, engine_awake, mark_fsdp2_for_generation
+from rl_compaction.training.microbatch import per_row_logps, trained_rows, trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
@@ -105,6 +107,11 @@ class CompactionGRPOConfig(GRPOConfig):
             raise ValueError(
                 "vllm_importance_sampling_mode must be 'token_truncate': the ratio is applied per sampled token "
                 "(a segment is not a whole sequence)"
+            )
+        if self.use_cpu and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true"):
+            raise ValueError(
+                "an FSDP accelerate config with use_cpu: accelerate would run it as plain data parallelism (no "
+                "sharding, unsharded checkpoints), so FSDP cannot be rehearsed on CPU; use configs/accelerate/cpu.yaml"
             )
         if self.log_completions:
             raise ValueError("log_completions logs TRL's single-turn completions; use log_episodes for episodes")
@@ -189,26 +196,6 @@ def episode_reward_func(prompts: list, completions: list, **kwargs: Any) -> list
     raise RuntimeError("episode rewards come from CompactionGRPOTrainer.reward_fn; TRL does not score turns here")
 
 
-class TRLGenerationPolicy(Policy):
-    """Samples turns through the trainer's own generation path (vLLM or transformers), so
-    weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
-
-    def __init__(self, trainer: GRPOTrainer):
-        self.trainer, self.tokenizer, self.name = trainer, trainer.processing_class, "trl"
-
-    def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
-        from rl_compaction.core import chat_format
-
-        prompts = [
-            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
-        ]
-        if not prompts:  # this process is done but others are not: join the collective generation
-            self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
-            return []
-        completions, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
-        return turns_from_ids(self.tokenizer, prompts, completions, logprobs)
-
-
 class CompactionGRPOTrainer(GRPOTrainer):
     """GRPO on whole `CompactionEnv` episodes (see the module docstring for the algorithm)."""
 
@@ -248,6 +235,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
             if runs_on_cpu():  # TRL's per-tensor load fails there; vLLM's reload does not (vllm_sync)
                 generation = self.vllm_generation
                 generation.sync_weights = lambda: sync_weights_by_reload(generation)
+        if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2:
+            mark_fsdp2_for_generation(self.model)
         if "wandb" in (args.report_to or []):
             self.add_callback(WandbRunIdCallback())  # a resumed run continues this W&B run
         # The env counts with the model's own chat template, so thresholds and the ledger see real ids.
@@ -272,7 +261,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         args: CompactionGRPOConfig = self.args
         split = "train" if mode == "train" else "validation"
-        with closing_envs(self._make_envs(inputs, split)) as envs:
+        with closing_envs(self._make_envs(inputs, split)) as envs, engine_awake(self):
             records = rollout(
                 TRLGenerationPolicy(self),
                 envs,
@@ -320,6 +309,11 @@ class CompactionGRPOTrainer(GRPOTrainer):
             rows = torch.tensor([trained_rows(inputs)], device=self.accelerator.device)
             most = int(self.accelerator.gather(rows).max())
         return super()._compute_loss(model, trim_micro_batch(inputs, self.pad_to_multiple_of, most))
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        """TRL's, one row at a time on the row's own tokens (`per_row_logps`): no dense attention mask."""
+        forward = partial(super()._get_per_token_logps_and_entropies, model)
+        return per_row_logps(forward, input_ids, attention_mask, logits_to_keep, **kwargs)
 
     def _log_trl_metrics(self, mode: str, records: list[EpisodeRecord], rewards: torch.Tensor, group: int) -> None:
         """The metrics TRL's own GRPO logs, over episodes (rewards) and model turns (completions)."""
