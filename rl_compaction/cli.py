@@ -438,6 +438,17 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_merge(args: argparse.Namespace) -> int:
+    from rl_compaction.models.registry import merge_adapter
+
+    try:
+        path = merge_adapter(args.run, args.output)
+    except (ValueError, OSError) as e:
+        raise UsageError(str(e)) from None
+    print(path)
+    return 0
+
+
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each option's default in --help, except the empty ones (None, False)."""
 
@@ -559,6 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dest", default=None)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_models_fetch)
+    p = msub.add_parser("merge", help="merge a LoRA run folder into its base model (a folder vllm: and eval load)")
+    p.add_argument("run", help="a GRPO or SFT output folder holding a PEFT adapter (adapter_config.json)")
+    p.add_argument("--output", default=None, help="where the merged model goes (default: RUN/merged)")
+    p.set_defaults(func=cmd_models_merge)
 
     envs = sub.add_parser("envs", help="task families: list, show, run the oracle")
     esub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")

@@ -107,8 +107,15 @@ def test_train_config_parses_with_every_value_taken(path, monkeypatch):
 @pytest.mark.parametrize("path", GPU_TRAIN, ids=_ids(GPU_TRAIN))
 def test_gpu_config_follows_the_house_rules(path, monkeypatch):
     launch = _launch(path)
+    assert launch["accelerate_file"] is not None
     args, model_args = _parse(path, monkeypatch, launch["processes"])
-    assert args.bf16 and args.activation_checkpointing and model_args.dtype == "bfloat16"
+    distributed = yaml.safe_load(launch["accelerate_file"].read_text())["distributed_type"]
+    # bf16 compute; fp32 master weights for a full fine-tune unless DeepSpeed's optimizer keeps them
+    master_fp32 = not model_args.use_peft and distributed != "DEEPSPEED"
+    assert args.bf16 and args.activation_checkpointing
+    assert model_args.dtype == ("float32" if master_fp32 else "bfloat16")
+    # the whole eval is one lockstep batch (one generation phase), not eval_tasks sequential ones
+    assert args.per_device_eval_batch_size * launch["processes"] == args.eval_tasks * args.num_generations_eval
     assert args.context_window == 32_768
     assert set(args.families) == FAMILIES and len(args.family_weights) == len(args.families)
     assert args.eval_strategy == "steps" and args.save_steps % args.eval_steps == 0
@@ -117,8 +124,6 @@ def test_gpu_config_follows_the_house_rules(path, monkeypatch):
     assert args.vllm_importance_sampling_mode == "token_truncate"
     # full fine-tuning and LoRA get learning rates an order of magnitude apart
     assert args.learning_rate == (1.0e-5 if model_args.use_peft else 1.0e-6)
-    assert launch["accelerate_file"] is not None
-    distributed = yaml.safe_load(launch["accelerate_file"].read_text())["distributed_type"]
     if launch["processes"] == 1:
         assert args.vllm_mode == "colocate" and distributed == "NO"
         assert args.vllm_max_model_length >= args.context_window

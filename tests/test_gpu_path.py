@@ -316,3 +316,29 @@ def test_an_fsdp_config_is_refused_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     with pytest.raises(ValueError, match="FSDP cannot be rehearsed on CPU"):
         CompactionGRPOConfig(output_dir=str(tmp_path / "r"), use_cpu=True, report_to="none", num_generations=2)
+
+
+def test_lora_runs_ddp_without_searching_for_unused_parameters(tmp_path):
+    from peft import LoraConfig
+
+    model, tokenizer = _tiny_qwen2()
+    args = CompactionGRPOConfig(output_dir=str(tmp_path / "r"), use_cpu=True, report_to="none", num_generations=2)
+    assert args.ddp_find_unused_parameters is None  # transformers would take True for a PeftModel
+    trainer = CompactionGRPOTrainer(
+        model, args, processing_class=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear")
+    )
+    assert trainer.args.ddp_find_unused_parameters is False
+
+
+def test_sampled_logprobs_never_leave_the_logits_device():
+    """The local policy's logprobs: computed where the logits are (a meta tensor has no data to copy to the
+    host), and equal to the log-softmax of the whole logits."""
+    from rl_compaction.policies.local import sampled_logprobs
+
+    torch.manual_seed(0)
+    logits = tuple(torch.randn(3, 50) for _ in range(4))
+    sampled = torch.randint(0, 50, (3, 4))
+    dense = torch.log_softmax(torch.stack(logits, 1) / 0.7, -1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(sampled_logprobs(logits, sampled, 0.7), dense)
+    on_meta = sampled_logprobs(tuple(x.to("meta") for x in logits), sampled.to("meta"), 0.7)
+    assert on_meta.device.type == "meta" and on_meta.shape == (3, 4)

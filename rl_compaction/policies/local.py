@@ -29,6 +29,19 @@ from rl_compaction.harness.policy import Policy, Turn, stop_token_ids, turns_fro
 MIN_SHARED_PREFIX = 64
 
 
+def sampled_logprobs(logits: tuple[torch.Tensor, ...], sampled: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits_t / temperature)[sampled_t] for each generated position t, as a (batch, new tokens)
+    tensor on the logits' device: only that tensor leaves the device, never the (batch, new tokens, vocab)
+    logits (8 x 128 x 151,936 floats for a Qwen turn, 9 s a turn on the host)."""
+    return torch.stack(
+        [
+            torch.log_softmax(step.float() / temperature, dim=-1).gather(-1, sampled[:, t : t + 1]).squeeze(-1)
+            for t, step in enumerate(logits)
+        ],
+        dim=1,
+    )
+
+
 class TransformersPolicy(Policy):
     """Sample turns from a causal LM with its chat template (tools rendered by the template, or
     the documented fallback format for templates without tool support)."""
@@ -131,11 +144,9 @@ class TransformersPolicy(Policy):
             output_logits=True,
             **cache,
         )
-        new = out.sequences[:, width:].cpu()
-        # logits[t]: (batch, vocab) raw scores for generated position t
-        logits = torch.stack(out.logits, dim=1).float().cpu()
-        scale = self.temperature if self.do_sample else 1.0
-        logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        new = out.sequences[:, width:]
+        logps = sampled_logprobs(out.logits, new, self.temperature if self.do_sample else 1.0).cpu()
+        new = new.cpu()
         completions, logprobs = [], []
         for i in range(len(prompts)):
             ids = new[i].tolist()

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
+from peft import PeftModel
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
@@ -219,6 +220,10 @@ class CompactionGRPOTrainer(GRPOTrainer):
             eval_dataset = task_dataset(
                 args.families, args.family_weights, "validation", args.eval_tasks, args.seed + 1
             )
+        if args.ddp_find_unused_parameters is None and (peft_config is not None or isinstance(model, PeftModel)):
+            # every adapter takes part in every forward; transformers would search for unused parameters after each
+            # backward (a graph walk per step) because a PeftModel is not a PreTrainedModel
+            args.ddp_find_unused_parameters = False
         super().__init__(
             model=model,
             reward_funcs=[episode_reward_func],
