@@ -342,3 +342,35 @@ def test_sampled_logprobs_never_leave_the_logits_device():
     assert torch.allclose(sampled_logprobs(logits, sampled, 0.7), dense)
     on_meta = sampled_logprobs(tuple(x.to("meta") for x in logits), sampled.to("meta"), 0.7)
     assert on_meta.device.type == "meta" and on_meta.shape == (3, 4)
+
+
+def test_models_merge_turns_a_lora_run_folder_into_a_model_folder(tmp_path, capsys):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rl_compaction.cli import main as cli_main
+
+    base_dir, run = tmp_path / "base", tmp_path / "run"
+    model, tokenizer = _tiny_qwen2()
+    model.save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir), LoraConfig(r=4, target_modules="all-linear"))
+    for name, p in peft.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)  # a trained adapter (lora_B starts at zero)
+    peft.save_pretrained(run)
+    tokenizer.save_pretrained(run)
+    assert cli_main(["models", "merge", str(run)]) == 0
+    merged_dir = run / "merged"
+    assert capsys.readouterr().out.strip() == str(merged_dir) and (merged_dir / "config.json").is_file()
+    ids = torch.tensor([tokenizer.encode("merge the adapter")])
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    with torch.no_grad():
+        expected, got = peft.eval()(ids).logits, merged.eval()(ids).logits
+    assert (expected - AutoModelForCausalLM.from_pretrained(base_dir)(ids).logits).abs().max() > 1e-3
+    assert torch.allclose(got, expected, atol=1e-5)
+    # a second merge into the same folder, or a folder without an adapter, is refused with the reason
+    assert cli_main(["models", "merge", str(run)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert cli_main(["models", "merge", str(base_dir)]) == 2
+    assert "not a LoRA run folder" in capsys.readouterr().err
