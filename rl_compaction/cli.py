@@ -439,7 +439,7 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_models_merge(args: argparse.Namespace) -> int:
-    from rl_compaction.models.registry import merge_adapter
+    from rl_compaction.models.merge import merge_adapter
 
     try:
         path = merge_adapter(args.run, args.output)
