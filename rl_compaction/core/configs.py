@@ -7,7 +7,10 @@ arrives as a string, which the config decodes as JSON. The eval and reproduce co
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import re
 from dataclasses import field
 from typing import Any
 
@@ -37,3 +40,23 @@ def check_counts(config: Any, names: tuple[str, ...]) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _type_words(annotation: Any) -> set[str]:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return set(re.findall(r"\b(int|float|bool)\b", text))
+
+
+def check_numbers(config: Any) -> None:
+    """Refuse a non-finite number in any field, and a non-integer in an integer field, with the field's name.
+    YAML spells NaN and infinity `.nan` and `.inf`, and TrlParser hands YAML values over unconverted: a NaN
+    reward weight passes every `< 0` check and trains a model of NaNs, a NaN turn limit never ends an episode."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+        words = _type_words(f.type)
+        if isinstance(value, float) and "int" in words and "float" not in words:
+            raise ValueError(f"{f.name} must be an integer, got {value!r}")

@@ -26,7 +26,7 @@ from statistics import mean
 from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
-from rl_compaction.core.configs import as_mapping, check_counts, help_field
+from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.core.reports import (
     asked_share,
@@ -115,6 +115,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         """Refuse a bad setting before any episode runs, each with its own one-line reason."""
+        check_numbers(self)
         if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
             raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
         check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))

@@ -35,6 +35,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
+from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
 from rl_compaction.core.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
@@ -86,6 +87,7 @@ class EnvConfig:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
 
     def __post_init__(self) -> None:
+        check_numbers(self)
         if self.context_window <= 0:
             raise ValueError("context_window must be > 0")
         if self.compaction_threshold is None:

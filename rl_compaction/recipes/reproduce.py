@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from rl_compaction.core.configs import as_mapping, check_counts, help_field
+from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.harness.env import EnvConfig
@@ -122,6 +122,7 @@ class ReproduceConfig:
 
     def __post_init__(self) -> None:
         """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
+        check_numbers(self)
         from trl import SFTConfig
 
         from rl_compaction.evaluation.evaluate import MODEL_STRATEGIES, split_spec

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.rollout import EpisodeRecord
 
@@ -50,6 +51,7 @@ class RewardConfig:
     limit_penalty: float = 0.2
 
     def __post_init__(self) -> None:
+        check_numbers(self)
         for name, value in asdict(self).items():
             if value < 0:
                 raise ValueError(f"reward weight {name} must be >= 0, got {value}")

@@ -43,6 +43,7 @@ from datasets import Dataset, interleave_datasets, load_from_disk
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction.core import chat_format
+from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import row_observation, turn_kind
@@ -300,6 +301,8 @@ CONFIG_HELP = (
 def main(argv: list[str] | None = None) -> None:
     parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP)
     script_args, args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
+    for config in (script_args, args, model_args):
+        check_numbers(config)
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     run_sft(script_args, args, model_args)

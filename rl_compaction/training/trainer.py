@@ -43,6 +43,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
 
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
+from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
@@ -88,6 +89,7 @@ class CompactionGRPOConfig(GRPOConfig):
     log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
 
     def __post_init__(self) -> None:
+        check_numbers(self)  # before TRL's own checks, which do arithmetic on these
         if isinstance(self.num_generations, int) and self.num_generations < 2:
             # TRL divides by it (a ZeroDivisionError for 0); a group of one has no baseline either
             raise ValueError(f"num_generations must be >= 2 (episodes per task group), got {self.num_generations}")
