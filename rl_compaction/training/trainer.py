@@ -45,6 +45,7 @@ from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
+from rl_compaction.policies.prompts import PromptBuilder
 from rl_compaction.training.microbatch import trained_rows, trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
@@ -193,20 +194,21 @@ class TRLGenerationPolicy(Policy):
     """Samples turns through the trainer's own generation path (vLLM or transformers), so
     weight syncing, ZeRO-3 gathering and sampling settings are TRL's."""
 
-    def __init__(self, trainer: GRPOTrainer):
+    def __init__(self, trainer: CompactionGRPOTrainer):
         self.trainer, self.tokenizer, self.name = trainer, trainer.processing_class, "trl"
+        # token in, token out: a prompt extends the episode's last prompt and sampled ids until an edit, so rows
+        # are cut only there; the env's counter renders with the config's chat_template_kwargs, as the prompts must
+        self.prompts = PromptBuilder(trainer.counter, {*trainer.eos_token_ids, self.tokenizer.pad_token_id})
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
-        from rl_compaction.core import chat_format
-
-        prompts = [
-            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
-        ]
+        prompts = self.prompts.prompt_ids(observations)
         if not prompts:  # this process is done but others are not: join the collective generation
             self.trainer._generate_single_turn([[self.tokenizer.pad_token_id]], None, {}, 1)
             return []
         completions, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
-        return turns_from_ids(self.tokenizer, prompts, completions, logprobs)
+        turns = turns_from_ids(self.tokenizer, prompts, completions, logprobs)
+        self.prompts.remember(observations, turns)
+        return turns
 
 
 class CompactionGRPOTrainer(GRPOTrainer):
