@@ -4,6 +4,7 @@ SmolLM2's tool-less ChatML (fallback) and Mistral-style tool calls, on real toke
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import transformers
@@ -28,12 +29,7 @@ from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, function_tool
 from rl_compaction.models.tiny import build_tiny_tokenizer
 from rl_compaction.protocol.evolve import EVOLVE_TOOL
 
-SMOLLM2_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+SMOLLM2_TEMPLATE = (Path(__file__).parent / "data" / "templates" / "smollm2.jinja").read_text()
 
 # A Mistral-style template: [TOOL_CALLS] JSON lists, and (as Mistral's own) only 9-character call ids.
 MISTRAL_TEMPLATE = """\

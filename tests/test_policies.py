@@ -68,6 +68,10 @@ def test_rollout_records_line_up_with_the_env_ledger_and_segments(policy):
         # Every sampled token is trained exactly once across the episode's segments.
         segments = build_segments([(i.prompt_ids, i.completion_ids, i.logprobs) for i in record.invocations])
         assert sum(s.trained_tokens for s in segments) == sum(len(i.completion_ids) for i in record.invocations)
+        # Each prompt extends the last prompt and sampled ids (turns cut at 12 tokens included): rows are cut
+        # only where an edit applied (a fresh rendering of the State made one row per turn here).
+        edits = sum(v["reason"] == "evolve" for v in record.state_versions)
+        assert len(segments) == 1 + edits
         assert record.state_versions[0]["reason"] == "reset"
 
 

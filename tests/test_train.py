@@ -148,6 +148,27 @@ def tiny_trainer(tmp_path_factory):
     return CompactionGRPOTrainer(model, args, processing_class=AutoTokenizer.from_pretrained(path))
 
 
+def test_trl_generation_prompts_extend_the_last_turn_until_an_edit(tiny_trainer):
+    """TRL's own generation gets token-in, token-out prompts (`rl_compaction.policies.prompts`): each prompt
+    extends the last prompt and sampled ids, turns cut at max_completion_length included, so an episode is
+    one row until an edit (with a fresh rendering of the State, turns here started rows of their own)."""
+    from rl_compaction.harness.env import CompactionEnv, EnvConfig
+    from rl_compaction.harness.rollout import closing_envs, rollout
+    from rl_compaction.harness.tasks import Difficulty
+    from rl_compaction.training.trainer import TRLGenerationPolicy
+
+    config = EnvConfig(context_window=8000, max_turns=3)
+    difficulty = Difficulty(0.06, 1)
+    envs = [CompactionEnv("probe", difficulty=difficulty, config=config, counter=tiny_trainer.counter) for _ in "ab"]
+    with closing_envs(envs):
+        records = rollout(TRLGenerationPolicy(tiny_trainer), envs, [0, 0])
+    for record in records:
+        assert len(record.invocations) == 3
+        edits = sum(v["reason"] == "evolve" for v in record.state_versions)
+        rows = build_segments([(i.prompt_ids, i.completion_ids, i.logprobs) for i in record.invocations])
+        assert len(rows) == 1 + edits
+
+
 def _grad_of(trainer, rows):
     from rl_compaction.training.segments import Segment
 
@@ -444,7 +465,8 @@ def test_two_processes_with_different_row_counts_stay_in_step(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
-    assert state["global_step"] == 1 and state["log_history"][0]["segments_per_episode"] > 1
+    # rank 0's figure (rank 1 doubles its rows): an episode without an edit is one row (rl_compaction.policies.prompts)
+    assert state["global_step"] == 1 and state["log_history"][0]["segments_per_episode"] >= 1
 
 
 # -- learning test ----------------------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """A local transformers model as a policy: batched sampling on CPU or GPU, with the exact
 prompt ids, sampled ids and per-token logprobs that training needs.
 
+Prompts are built token in, token out (`rl_compaction.policies.prompts`): an episode's prompt is
+its previous prompt, the ids sampled there and the harness's answers, until an edit rewrites the
+context, so training rows are cut only at edits and the model sees exactly what it sampled.
+
 Logprobs follow TRL's convention: log-softmax of the raw logits divided by the sampling
 temperature (top-p / top-k filtering changes what can be sampled, not these values).
 
@@ -24,6 +28,7 @@ from transformers import DynamicCache
 
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix
 from rl_compaction.harness.policy import Policy, Turn, stop_token_ids, turns_from_ids
+from rl_compaction.policies.prompts import PromptBuilder
 
 #: A shared start shorter than this is prefilled with each row (a separate pass is not worth it).
 MIN_SHARED_PREFIX = 64
@@ -81,20 +86,24 @@ class TransformersPolicy(Policy):
         self.do_sample, self.max_batch_size = do_sample, max_batch_size
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_ids = stop_token_ids(self.model.generation_config.eos_token_id, tokenizer)
-        # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
         self._counter = ChatTemplateCounter(tokenizer)
+        # an episode's prompt extends its previous prompt and sampled ids until an edit (`prompts`)
+        self.prompts = PromptBuilder(self._counter, self.stop_ids)
+        # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
         forward_params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
-        """`chat_format.prompt_ids` of the observation, tokenised incrementally: a turn's prompt
-        extends the previous one, so only its new text is tokenised (the ids are the same)."""
+        """`chat_format.prompt_ids` of the observation (the whole State rendered), tokenised
+        incrementally: only a turn's new text is tokenised (the ids are the same)."""
         return self._counter.input_ids(observation["instructions"], observation["tools"], observation["state"])
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
+        prompts = self.prompts.prompt_ids(observations)
         turns: list[Turn] = []
-        for start in range(0, len(observations), self.max_batch_size):
-            turns.extend(self._generate(observations[start : start + self.max_batch_size]))
+        for start in range(0, len(prompts), self.max_batch_size):
+            turns.extend(self._generate(prompts[start : start + self.max_batch_size]))
+        self.prompts.remember(observations, turns)
         return turns
 
     def _shared_prefix(self, prompts: list[list[int]]) -> dict[str, Any]:
@@ -114,9 +123,8 @@ class TransformersPolicy(Policy):
         return {"cache": cache, "length": shared}
 
     @torch.no_grad()
-    def _generate(self, observations: list[dict[str, Any]]) -> list[Turn]:
+    def _generate(self, prompts: list[list[int]]) -> list[Turn]:
         started = time.perf_counter()
-        prompts = [self.prompt_ids(o) for o in observations]
         prefix = self._shared_prefix(prompts)
         shared = prefix.get("length", 0)
         rest = max(len(p) for p in prompts) - shared

@@ -2,10 +2,11 @@
 
 Two ways in, one interface: an in-process engine (`vllm.LLM`, given a model path) or a running
 `trl vllm-serve` server (given `base_url`), reached with TRL's own `VLLMClient`. Either way the
-prompt is rendered and tokenised here with the model's chat template (`rl_compaction.core.chat_format`)
-and sent as token ids, so the recorded prompt ids are exactly what the model saw, and the sampled
-ids come back with their logprobs. The in-process engine keeps prefix caching on (an episode's turns
-share their prompt's start) and reports the cached prompt tokens of each turn in `Turn.usage`.
+prompt is built here with the model's chat template, token in and token out
+(`rl_compaction.policies.prompts`), and sent as token ids, so the recorded prompt ids are exactly
+what the model saw, and the sampled ids come back with their logprobs. The in-process engine keeps
+prefix caching on (an episode's turns share their prompt's start) and reports the cached prompt
+tokens of each turn in `Turn.usage`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rl_compaction.core import chat_format
+from rl_compaction.accounting import ChatTemplateCounter
 from rl_compaction.harness.policy import Policy, Turn, stop_token_ids, turns_from_ids
+from rl_compaction.policies.prompts import PromptBuilder
 
 
 class VLLMPolicy(Policy):
@@ -54,12 +56,11 @@ class VLLMPolicy(Policy):
             self.client, self.engine = None, LLM(model=path, **kwargs)
         # the ids TransformersPolicy stops at (vLLM would otherwise choose among them itself)
         self.stop_ids = stop_token_ids(_generation_eos(path), self.tokenizer)
+        self.prompts = PromptBuilder(ChatTemplateCounter(self.tokenizer), self.stop_ids)
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         started = time.perf_counter()
-        prompts = [
-            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
-        ]
+        prompts = self.prompts.prompt_ids(observations)
         if self.client is not None:
             out = self.client.generate(
                 prompts, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, logprobs=0
@@ -94,6 +95,7 @@ class VLLMPolicy(Policy):
                     "cached_tokens": cached_tokens,
                     "output_tokens": len(turn.completion_ids),
                 }
+        self.prompts.remember(observations, turns)
         return turns
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from accelerate.utils import broadcast_object_list, gather_object
 
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
+from rl_compaction.policies.prompts import PromptBuilder
 
 
 def _sleeps(trainer: Any) -> bool:
@@ -127,15 +128,18 @@ class TRLGenerationPolicy(Policy):
 
     def __init__(self, trainer: Any):
         self.trainer, self.tokenizer, self.name = trainer, trainer.processing_class, "trl"
+        # token in, token out: a prompt extends the episode's last prompt and sampled ids until an edit, so rows
+        # are cut only there; the env's counter renders with the config's chat_template_kwargs, as the prompts must
+        self.prompts = PromptBuilder(trainer.counter, {*trainer.eos_token_ids, self.tokenizer.pad_token_id})
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
-        from rl_compaction.core import chat_format
-
-        prompts = [
-            chat_format.prompt_ids(self.tokenizer, o["instructions"], o["tools"], o["state"]) for o in observations
-        ]
+        prompts = self.prompts.prompt_ids(observations)
         completions, logprobs = generate(self.trainer, prompts)
-        return turns_from_ids(self.tokenizer, prompts, completions, logprobs) if prompts else []
+        if not prompts:  # this process is done but others are not: it joined the collective generation
+            return []
+        turns = turns_from_ids(self.tokenizer, prompts, completions, logprobs)
+        self.prompts.remember(observations, turns)
+        return turns
 
 
 def mark_fsdp2_for_generation(model: Any) -> None:
