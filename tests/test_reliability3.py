@@ -50,3 +50,50 @@ def test_sft_and_eval_refuse_non_finite_numbers(tmp_path, capsys):
     argv = ["eval", "--policy", "oracle", "--env", "probe", "--episodes", "1", "--temperature", "nan"]
     assert main([*argv, "--output-dir", str(tmp_path / "eval")]) == 2
     assert "temperature must be a finite number" in capsys.readouterr().err
+
+
+# -- progress.json: written whole, and a torn one never restarts a finished run ---------------------------
+
+
+def test_a_torn_progress_file_is_refused_not_read_as_no_stage_done(tmp_path):
+    from rl_compaction.recipes.reproduce import PROGRESS_FILE, ReproduceConfig, _done, _open_output
+
+    config = ReproduceConfig(output_dir=str(tmp_path / "run"), model="tiny")
+    out, timings = _open_output(config, resume=False)
+    _done(out, timings, "demos", 0.0)
+    (out / "demos").mkdir()
+    assert set(_open_output(config, resume=True)[1]) == {"demos"}
+    (out / PROGRESS_FILE).write_text("")  # what a kill during a truncate-then-write left
+    with pytest.raises(ValueError, match=f"{PROGRESS_FILE} is unreadable"):
+        _open_output(config, resume=True)
+    assert (out / "demos").is_dir()  # nothing was deleted
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    import os
+
+    from rl_compaction.core.outputs import write_text_atomic
+
+    path = tmp_path / "progress.json"
+    write_text_atomic(path, '{"demos": 1.0}')
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(path, '{"demos": 1.0, "sft": 2.0}')
+    assert path.read_text() == '{"demos": 1.0}'
+    assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]
+
+
+# -- output folders that os.access approves but that cannot be created ------------------------------------
+
+
+@pytest.mark.parametrize("folder", ["/proc/rl-compaction-out", "/sys/rl-compaction-out"])
+def test_an_output_folder_that_cannot_be_created_is_refused_up_front(folder):
+    from rl_compaction.core.outputs import check_output_dir
+
+    with pytest.raises(ValueError, match="cannot be created"):
+        check_output_dir(folder)
+    assert not Path(folder).exists()

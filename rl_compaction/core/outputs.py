@@ -4,13 +4,14 @@ not with a traceback after the episodes or the training it was meant to hold."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
 def check_output_dir(path: str | Path) -> Path:
     """`path` as a Path if it is a folder or could be created as one; else ValueError saying why
-    (it is a file, it lies inside a file, or the nearest existing folder above it is not writable).
-    Creates nothing."""
+    (it is a file, it lies inside a file, or no folder can be created in the nearest existing folder above
+    it). Leaves nothing behind."""
     folder = Path(path).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output folder {path} is a file")
@@ -21,7 +22,28 @@ def check_output_dir(path: str | Path) -> Path:
         raise ValueError(f"output folder {path} cannot be created: {nearest} is a file")
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise ValueError(f"output folder {path} cannot be created: {nearest} is not writable")
+    # os.access says yes to root everywhere, also under /sys and /proc: create (and remove) a folder to know
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=nearest))
+    except OSError as e:
+        raise ValueError(f"output folder {path} cannot be created in {nearest}: {e.strerror}") from None
     return folder
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `path` whole or not at all: a temp file beside it, then `os.replace`. A kill or a full disk
+    during a plain write leaves the file empty, and a resume then reads a torn record of what was done."""
+    path = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def _step(folder: Path) -> int:

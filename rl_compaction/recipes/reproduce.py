@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, write_text_atomic
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
@@ -428,18 +428,32 @@ def _open_output(config: ReproduceConfig, resume: bool) -> tuple[Path, dict[str,
                 f"{out} was run with another config ({', '.join(changed[:6])} differ); resume it with the "
                 "same config, or choose another --output-dir"
             )
-        try:
-            return out, dict(json.loads((out / PROGRESS_FILE).read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return out, {}
+        return out, _read_progress(out / PROGRESS_FILE)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    write_text_atomic(out / "config.json", json.dumps(settings, indent=2))
     return out, {}
+
+
+def _read_progress(path: Path) -> dict[str, float]:
+    """The stages done: none if the run stopped before its first stage ended. An unreadable file is refused,
+    not read as "none done": the resume would delete the finished stages' folders and start again."""
+    if not path.exists():
+        return {}
+    try:
+        timings = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) for v in timings.values()):
+            raise ValueError("not an object of stage timings")
+        return timings
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"{path} is unreadable ({e}); it records which stages are done. Fix or remove it by hand: removed, "
+            "the resume runs every stage again"
+        ) from None
 
 
 def _done(out: Path, timings: dict[str, float], stage: str, start: float) -> None:
     timings[stage] = time.perf_counter() - start
-    (out / PROGRESS_FILE).write_text(json.dumps(timings, indent=2), encoding="utf-8")
+    write_text_atomic(out / PROGRESS_FILE, json.dumps(timings, indent=2))
 
 
 def _fresh(*folders: Path) -> None:
