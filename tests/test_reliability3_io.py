@@ -1,0 +1,81 @@
+"""Faults of the third reliability round in what the project reads and sends: the episodes file, the demos
+folder and the `vllm:` policy's server. Each raised a traceback, hung or refused good data before its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_compaction.cli import main
+from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
+from rl_compaction.harness.rollout import read_jsonl
+
+# -- episodes.jsonl cut inside a multi-byte character --------------------------------------------------------
+
+#: Recorded with every episode, so each line holds multi-byte characters at a place that does not vary.
+NOTE = "café 🙂🙂"
+EVAL = ["--policy", "oracle@none", "--env", "probe", "--scale", "0.06", "--level", "1", "--context_window", "9000"]
+EVAL += ["--extra", json.dumps({"note": NOTE})]
+
+
+def _eval_argv(out: Path, episodes: int) -> list[str]:
+    return ["eval", *EVAL, "--episodes", str(episodes), "--output_dir", str(out)]
+
+
+def test_resume_drops_a_last_line_cut_inside_a_multibyte_character(tmp_path: Path, capsys):
+    out = tmp_path / "eval"
+    path = out / "episodes.jsonl"
+    assert main(_eval_argv(out, 2)) == 0
+    complete = path.read_bytes()
+    line = complete.splitlines()[0]
+    cut = line.index("🙂".encode()) + 2  # half of the emoji's four bytes
+    for torn in (line[:cut], line[: line.index("é".encode()) + 1]):
+        path.write_bytes(complete + torn)
+        assert main([*_eval_argv(out, 3), "--resume"]) == 0, capsys.readouterr().err
+        records = list(read_jsonl(path))
+        assert [r.task_seed for r in records] == [0, 1, 2]  # the complete records kept, the cut one run again
+        assert records[0].settings["extra"] == {"note": NOTE}
+        assert path.read_bytes().startswith(complete) and path.read_bytes().endswith(b"\n")
+        path.write_bytes(complete)  # the next case starts from the same two records
+
+
+def test_a_corrupt_line_before_the_last_is_still_refused_with_file_and_line(tmp_path: Path):
+    out = tmp_path / "eval"
+    path = out / "episodes.jsonl"
+    config = EvalConfig(policies=["oracle@none"], family="probe", scale=0.06, level=1, episodes=2, output_dir=str(out))
+    run_eval(config)
+    first, second = path.read_bytes().splitlines()
+    torn = second[: second.index(b'"settings"') + 3] + b"\xc3"  # a cut record, then more lines after it
+    path.write_bytes(first + b"\n" + torn + b"\n" + second + b"\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} line 2 is not an episode record .*--output-dir"):
+        run_eval(config, resume=True)
+
+
+def test_a_write_cut_by_a_full_disk_is_one_line_and_resume_continues(tmp_path: Path, capsys):
+    """The file size limit cuts the second record's write inside an emoji, as a full disk would: the run ends
+    with one line naming the file (no OSError traceback), and --resume drops the torn line and goes on."""
+    out = tmp_path / "eval"
+    path = out / "episodes.jsonl"
+    assert main(_eval_argv(out, 1)) == 0
+    line = path.read_bytes()
+    limit = len(line) + line.index("🙂".encode()) + 2
+    script = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from rl_compaction.cli import main\n"
+        f"sys.exit(main({[*_eval_argv(out, 2), '--resume']!r}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert f"cannot append to {path}" in result.stderr and "--resume continues" in result.stderr
+    assert path.stat().st_size == limit  # the cut: the first record, then the second one's start
+    capsys.readouterr()
+    assert main([*_eval_argv(out, 2), "--resume"]) == 0, capsys.readouterr().err
+    assert [r.task_seed for r in read_jsonl(path)] == [0, 1]
+    assert path.read_bytes().startswith(line)
