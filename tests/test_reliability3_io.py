@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from datasets import Dataset
 
 from rl_compaction.cli import main
 from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
 from rl_compaction.harness.rollout import read_jsonl
+from rl_compaction.harness.tasks import SUBMIT_TOOL
+from rl_compaction.training.demos import FEATURES, demo_row
+from rl_compaction.training.sft import load_demos
 
 # -- episodes.jsonl cut inside a multi-byte character --------------------------------------------------------
 
@@ -79,3 +83,55 @@ def test_a_write_cut_by_a_full_disk_is_one_line_and_resume_continues(tmp_path: P
     assert main([*_eval_argv(out, 2), "--resume"]) == 0, capsys.readouterr().err
     assert [r.task_seed for r in read_jsonl(path)] == [0, 1]
     assert path.read_bytes().startswith(line)
+
+
+# -- a hand-edited demos folder ------------------------------------------------------------------------------
+
+_CALL = {"type": "function_call", "call_id": "c1", "name": "submit", "arguments": '{"answer": "1"}'}
+#: messages: 0 system, 1 user, 2 the assistant's call c1, 3 its tool output, 4 the trained turn (call c2)
+_STATE = [{"type": "message", "role": "user", "content": "What is it?"}, _CALL]
+_STATE += [{"type": "function_call_output", "call_id": "c1", "output": "Wrong."}]
+
+
+def _demo_row() -> dict:
+    observation = {"instructions": "Answer.", "tools": [SUBMIT_TOOL], "state": _STATE}
+    turn = [{**_CALL, "call_id": "c2", "arguments": '{"answer": "2"}'}]
+    return demo_row(observation, turn, family="probe", strategy="none", task_seed=0, turn=2)
+
+
+def _set(path: str, value: object):
+    """An edit of a row: the field at `path` (keys and indexes, dotted) set to `value`."""
+
+    def edit(row: dict) -> None:
+        *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+        for key in parents:
+            row = row[key]
+        row[last] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (_set("messages", []), "messages is empty"),  # IndexError in turn_kind
+        (_set("messages.4.tool_calls.0.function", None), r"messages\[4\]\.tool_calls\[0\]\.function is null"),
+        (_set("messages.3.tool_call_id", None), r"messages\[3\]\.tool_call_id is null"),  # KeyError
+        (_set("messages.2.content", None), r"messages\[2\]\.content is null"),  # TypeError
+        (
+            _set("messages.4.tool_calls.0.function.arguments", "{"),
+            r"messages\[4\]\.tool_calls\[0\]\.function\.arguments is not JSON",
+        ),
+        (_set("tools", '[{"type": "function",'), "tools is not JSON"),  # JSONDecodeError naming nothing
+        (_set("messages.1.role", "robot"), "messages: cannot render"),
+    ],
+)
+def test_a_hand_edited_demos_row_is_refused_naming_folder_row_and_field(edit, field, tmp_path: Path):
+    good, bad = _demo_row(), _demo_row()
+    edit(bad)
+    folder = tmp_path / "demos"
+    Dataset.from_list([good, bad], features=FEATURES).save_to_disk(str(folder))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(folder))}, row 1 \(from 0\): {field}"):
+        load_demos(folder)
+    Dataset.from_list([good, good], features=FEATURES).save_to_disk(str(tmp_path / "unedited"))
+    assert len(load_demos(tmp_path / "unedited")) == 2
