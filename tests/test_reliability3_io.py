@@ -7,15 +7,22 @@ import json
 import re
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from datasets import Dataset
 
 from rl_compaction.cli import main
-from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
+from rl_compaction.evaluation.evaluate import EvalConfig, make_policy, run_eval
 from rl_compaction.harness.rollout import read_jsonl
 from rl_compaction.harness.tasks import SUBMIT_TOOL
+from rl_compaction.policies.openai_http import HTTPPolicyError
+from rl_compaction.policies.vllm import VLLMPolicy
 from rl_compaction.training.demos import FEATURES, demo_row
 from rl_compaction.training.sft import load_demos
 
@@ -135,3 +142,112 @@ def test_a_hand_edited_demos_row_is_refused_naming_folder_row_and_field(edit, fi
         load_demos(folder)
     Dataset.from_list([good, good], features=FEATURES).save_to_disk(str(tmp_path / "unedited"))
     assert len(load_demos(tmp_path / "unedited")) == 2
+
+
+# -- the vllm: policy against a server that hangs, fails or answers the wrong shape ------------------------------
+
+SERVED = "the-served-model"
+
+
+def _completions_reply(ids: list[int]) -> dict:
+    """What vLLM's /v1/completions answers with return_token_ids and logprobs=0 (fields this side reads)."""
+    logprobs = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.5] * len(ids), "top_logprobs": None}
+    return {"choices": [{"index": 0, "text": "", "token_ids": ids, "logprobs": logprobs, "prompt_token_ids": [1]}]}
+
+
+@contextmanager
+def _vllm_server(answer: str, requests: list[dict]) -> Iterator[str]:
+    """A stand-in for `trl vllm-serve`: /v1/models names `SERVED`; each /v1/completions request is
+    recorded, then answered by `answer`: "ok" (token ids), "hang" (nothing, until the block ends), "500",
+    or "shape" (a completions reply without token ids, as a server that is not vLLM's gives). Yields its URL."""
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status: int, data: dict) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self._send(200, {"object": "list", "data": [{"id": SERVED, "object": "model"}]})
+
+        def do_POST(self):
+            requests.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            if answer == "hang":
+                release.wait(10)
+            elif answer == "500":
+                self._send(500, {"error": {"message": "engine dead"}})
+            elif answer == "shape":
+                self._send(200, {"choices": [{"index": 0, "text": "hello", "logprobs": None}]})
+            else:
+                self._send(200, _completions_reply([1, 2, 3]))
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _observation() -> dict:
+    state = [{"type": "message", "role": "user", "content": "What is it?"}]
+    return {"instructions": "Answer.", "tools": [SUBMIT_TOOL], "state": state}
+
+
+def _served_policy(base_url: str) -> VLLMPolicy:
+    return VLLMPolicy("tiny-recall", base_url=base_url, max_new_tokens=8, timeout_s=0.5, max_retries=0)
+
+
+def test_vllm_server_mode_sends_token_ids_and_reads_them_back():
+    requests: list[dict] = []
+    with _vllm_server("ok", requests) as url:
+        policy = _served_policy(url)
+        [turn] = policy.act([_observation()])
+    [request] = requests
+    assert request["model"] == SERVED and request["prompt"] == [turn.prompt_ids] and request["max_tokens"] == 8
+    assert request["return_token_ids"] is True and request["logprobs"] == 0
+    assert turn.completion_ids == [1, 2, 3] and turn.logprobs == [-0.5] * 3
+    assert turn.text == policy.tokenizer.decode([1, 2, 3], skip_special_tokens=False)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ("hang", r"/v1/completions \(model 'the-served-model'\) timed out after 0\.5 s \(0 retries\)"),
+        ("500", r"/v1/completions \(model 'the-served-model'\) failed with HTTP 500: .*engine dead"),
+        (
+            "shape",
+            r"/v1/completions \(model 'the-served-model'\): malformed reply \(choices\[0\]\.token_ids is missing",
+        ),
+    ],
+    ids=["hang", "500", "shape"],
+)
+def test_vllm_server_mode_fails_in_one_line_within_its_deadline(answer, message):
+    with _vllm_server(answer, []) as url:
+        policy = _served_policy(url)
+        start = time.perf_counter()
+        with pytest.raises(HTTPPolicyError, match=message) as error:
+            policy.act([_observation()])
+        assert time.perf_counter() - start < 3
+    assert "\n" not in str(error.value)
+
+
+def test_eval_gives_a_vllm_server_policy_its_request_timeout_and_prints_its_error_in_one_line(tmp_path, capsys):
+    config = EvalConfig(policies=["vllm:tiny-recall"], request_timeout_s=0.5, output_dir=str(tmp_path / "eval"))
+    argv = ["eval", "--policy", "vllm:tiny-recall", "--env", "probe", "--scale", "0.06", "--episodes", "1"]
+    with _vllm_server("shape", []) as url:
+        config.base_url = url
+        assert make_policy("vllm:tiny-recall", "evolve", config).timeout_s == 0.5
+        assert main([*argv, "--base_url", url, "--output_dir", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("rl-compaction eval: error: completions request to") and "malformed reply" in err

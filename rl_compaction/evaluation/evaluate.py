@@ -98,7 +98,8 @@ class EvalConfig:
     )
     api: str = help_field("the openai: policies' API", default="chat", metadata={"choices": ("chat", "responses")})
     request_timeout_s: float = help_field(
-        "openai: policies: seconds each request may take to answer, and to send its whole reply",
+        "openai: policies and vllm: policies with base_url: seconds each request may take to answer, and to "
+        "send its whole reply",
         default=600.0,
         metadata={"aliases": ["--request-timeout"]},
     )
@@ -158,6 +159,7 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
             engine_kwargs=config.vllm_engine_kwargs,
+            timeout_s=config.request_timeout_s,
         )
     if name.startswith("openai:"):
         from rl_compaction.policies.openai_http import OpenAIPolicy
