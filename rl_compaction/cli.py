@@ -327,7 +327,7 @@ def cmd_eval(argv: list[str]) -> int:
         result = run_eval(config, resume=args.resume, use_wandb=args.wandb)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
-    except HTTPPolicyError as e:  # the episodes finished so far are kept: `--resume` continues
+    except (HTTPPolicyError, OSError) as e:  # the episodes finished so far are kept: `--resume` continues
         raise UsageError(f"{e}; the finished episodes are in {config.output_dir}, --resume continues") from None
     print(result["table"])
     print(

@@ -23,6 +23,7 @@ pytest.importorskip("vllm")
 import requests  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from trl.generation.vllm_client import VLLMClient  # noqa: E402
 
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix  # noqa: E402
 from rl_compaction.harness.env import CompactionEnv, EnvConfig  # noqa: E402
@@ -206,10 +207,11 @@ def vllm_server(tmp_path_factory):
 
 
 def test_server_mode_generation_matches_the_transformers_policy(vllm_server):
-    """TRL's `VLLMClient` against the server (the `vllm:` policy with base_url, and TRL's server mode
-    for generation): greedy turns equal the local policy's. Weight sync in server mode cannot run here:
-    TRL refuses a non-CUDA device (trl/generation/vllm_client.py, `VLLMClient.init_communicator`:
-    "Weight synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device")."""
+    """The `vllm:` policy with base_url against the server (the request TRL's `VLLMClient.generate`
+    sends, through the `openai` policy's deadline): greedy turns equal the local policy's. Weight sync
+    in server mode cannot run here: TRL's client refuses a non-CUDA device
+    (trl/generation/vllm_client.py, `VLLMClient.init_communicator`: "Weight synchronization runs on
+    vLLM's NCCL weight-transfer engine, which needs a CUDA device")."""
     served = VLLMPolicy(MODEL, base_url=vllm_server, max_new_tokens=24, temperature=0.0)
     reference = TransformersPolicy(MODEL, max_new_tokens=24, do_sample=False, max_batch_size=2)
     ours = rollout(served, _envs(2, served.tokenizer), [3, 4])
@@ -219,7 +221,7 @@ def test_server_mode_generation_matches_the_transformers_policy(vllm_server):
             assert x.prompt_ids == y.prompt_ids and x.completion_ids == y.completion_ids
             assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
     with pytest.raises(NotImplementedError, match="needs a CUDA device"):
-        served.client.init_communicator(device="cpu")
+        VLLMClient(base_url=vllm_server).init_communicator(device="cpu")
 
 
 def test_eval_cli_runs_a_vllm_policy_with_its_engine_process(tmp_path):

@@ -38,7 +38,6 @@ from rl_compaction.core.reports import (
     targeted_share,
     wilson_interval,
 )
-from rl_compaction.core.state import clip
 from rl_compaction.harness.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.harness.policy import Policy, ScriptedPolicy
@@ -99,7 +98,8 @@ class EvalConfig:
     )
     api: str = help_field("the openai: policies' API", default="chat", metadata={"choices": ("chat", "responses")})
     request_timeout_s: float = help_field(
-        "openai: policies: seconds each request may take to answer, and to send its whole reply",
+        "openai: policies and vllm: policies with base_url: seconds each request may take to answer, and to "
+        "send its whole reply",
         default=600.0,
         metadata={"aliases": ["--request-timeout"]},
     )
@@ -159,6 +159,7 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
             engine_kwargs=config.vllm_engine_kwargs,
+            timeout_s=config.request_timeout_s,
         )
     if name.startswith("openai:"):
         from rl_compaction.policies.openai_http import OpenAIPolicy
@@ -456,11 +457,8 @@ def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
     try:
         for record in read_jsonl(path):
             done[record.key] = record
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ValueError(
-            f"{path} line {len(done) + 1} is not an episode record ({clip(str(e), 120)}); "
-            "fix or remove it, or choose another --output-dir"
-        ) from None
+    except ValueError as e:  # read_jsonl names the file and the line
+        raise ValueError(f"{e}; fix or remove it, or choose another --output-dir") from None
     for record in done.values():
         if "env" in record.settings:  # written before EvalConfig.env was renamed family
             record.settings["family"] = record.settings.pop("env")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_compaction.accounting import reusable_prefix
+from rl_compaction.core.state import clip
 from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.policy import Policy, ScriptedPolicy, Turn
@@ -190,19 +191,29 @@ def write_jsonl(path: str | Path, records: list[EpisodeRecord]) -> None:
     """Append records, one JSON line each (flushed per line, so an interrupted run keeps what it wrote).
 
     A lone surrogate in raw model output (which UTF-8 cannot encode) is written as its JSON escape
-    (backslash, u, four hex digits), so the line stays valid JSON and reads back exactly."""
+    (backslash, u, four hex digits), so the line stays valid JSON and reads back exactly. A failed
+    write (a full disk, a file size limit) raises an OSError naming the file: the OS's names none."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8", errors="backslashreplace") as f:
-        for record in records:
-            f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
-            f.flush()
+    try:
+        with path.open("a", encoding="utf-8", errors="backslashreplace") as f:
+            for record in records:
+                f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+                f.flush()
+    except OSError as e:
+        raise OSError(e.errno, f"cannot append to {path}: {e.strerror or e}") from e
 
 
 def read_jsonl(path: str | Path) -> Iterator[EpisodeRecord]:
-    """Records of a JSONL file; a truncated last line (an interrupted write) is skipped."""
-    with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
+    """Records of a JSONL file. Lines are split as bytes and decoded one by one, so a last line without
+    its newline (a write cut off, maybe inside a multi-byte character) is skipped; any other line that
+    is not a record raises a ValueError naming the file and the line."""
+    with Path(path).open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
                 break
-            yield EpisodeRecord.from_json(json.loads(line))
+            try:
+                record = EpisodeRecord.from_json(json.loads(line.decode("utf-8")))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise ValueError(f"{path} line {number} is not an episode record ({clip(str(e), 120)})") from None
+            yield record

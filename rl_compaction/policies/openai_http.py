@@ -253,6 +253,66 @@ def _response_output(data: dict[str, Any]) -> list[dict[str, Any]]:
     return output
 
 
+# --------------------------------------------------------------------------- one request
+
+
+def request_json(
+    create: Callable[..., Any],
+    request: dict[str, Any],
+    *,
+    where: str,
+    timeout_s: float,
+    max_retries: int,
+    max_reply_bytes: int,
+) -> tuple[dict[str, Any], float]:
+    """(JSON object, latency) of ``create(**request)``, a ``with_streaming_response`` method of an
+    ``openai.OpenAI`` built with `timeout_s` and `max_retries`; the body is read under the
+    `timeout_s` deadline and the `max_reply_bytes` cap. Every failure is one `HTTPPolicyError` that
+    starts with `where` (the endpoint and the model). Shared with the `vllm` policy's server mode,
+    so both report a server's failures alike."""
+    start = time.perf_counter()
+    try:
+        with create(**request) as response:
+            body = _read_body(response, where, timeout_s, max_reply_bytes)
+    except openai.APIStatusError as e:
+        raise HTTPPolicyError(f"{where} failed with HTTP {e.status_code}: {e.message}{_retry_note(e)}") from e
+    except openai.APITimeoutError as e:
+        raise HTTPPolicyError(f"{where} timed out after {timeout_s:g} s ({max_retries} retries)") from e
+    except openai.APIConnectionError as e:
+        cause = e.__cause__ or e
+        raise HTTPPolicyError(f"{where}: cannot connect ({cause}) after {max_retries} retries") from e
+    except openai.APIError as e:
+        raise HTTPPolicyError(f"{where} failed: {e}") from e
+    latency = time.perf_counter() - start
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        raise HTTPPolicyError(f"{where}: the reply is not JSON ({e}): {body[:120]!r}") from None
+    if not isinstance(data, dict):
+        raise HTTPPolicyError(f"{where}: the reply is {type(data).__name__}, not a JSON object")
+    return data, latency
+
+
+def _read_body(response: Any, where: str, timeout_s: float, max_reply_bytes: int) -> bytes:
+    """The body of a streamed reply, cut off past `max_reply_bytes` or `timeout_s` of reading."""
+    deadline = time.perf_counter() + timeout_s
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > max_reply_bytes:
+            raise HTTPPolicyError(f"{where}: the reply is over {max_reply_bytes:,} bytes; cut off")
+        if time.perf_counter() > deadline:
+            raise HTTPPolicyError(f"{where}: the reply was not complete after {timeout_s:g} s; cut off")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def malformed_reply(where: str, error: Exception) -> HTTPPolicyError:
+    """The one-line error for a reply of the wrong shape, from the first line of what was wrong."""
+    detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return HTTPPolicyError(f"{where}: malformed reply ({detail[:200]})")
+
+
 # --------------------------------------------------------------------------- the policy
 
 
@@ -313,6 +373,7 @@ class OpenAIPolicy(Policy):
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         path = "/chat/completions" if api == "chat" else "/responses"
         self.endpoint = str(self._client.base_url).rstrip("/") + path
+        self._where = f"{api} request to {self.endpoint} (model {model!r})"
 
     def act(self, observations: list[dict[str, Any]]) -> list[Turn]:
         """One turn per observation, in order; up to `max_concurrency` requests at a time."""
@@ -335,51 +396,21 @@ class OpenAIPolicy(Policy):
         return {k: v for k, v in params.items() if v is not None}
 
     def _call(self, create: Callable[..., Any], **kwargs: Any) -> tuple[dict[str, Any], float]:
-        """Send one request and read its JSON body within the deadline and size cap; every failure
-        is an `HTTPPolicyError` that names endpoint and model."""
-        where = f"{self.api} request to {self.endpoint} (model {self.model!r})"
+        """Send one request with `request_json`: within the deadline and size cap, every failure an
+        `HTTPPolicyError` that names endpoint and model."""
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        start = time.perf_counter()
-        try:
-            with create(**kwargs) as response:
-                body = self._read_body(response, where)
-        except openai.APIStatusError as e:
-            raise HTTPPolicyError(f"{where} failed with HTTP {e.status_code}: {e.message}{_retry_note(e)}") from e
-        except openai.APITimeoutError as e:
-            raise HTTPPolicyError(f"{where} timed out after {self.timeout_s:g} s ({self.max_retries} retries)") from e
-        except openai.APIConnectionError as e:
-            cause = e.__cause__ or e
-            raise HTTPPolicyError(f"{where}: cannot connect ({cause}) after {self.max_retries} retries") from e
-        except openai.APIError as e:
-            raise HTTPPolicyError(f"{where} failed: {e}") from e
-        latency = time.perf_counter() - start
-        try:
-            data = json.loads(body)
-        except ValueError as e:
-            raise HTTPPolicyError(f"{where}: the reply is not JSON ({e}): {body[:120]!r}") from None
-        if not isinstance(data, dict):
-            raise HTTPPolicyError(f"{where}: the reply is {type(data).__name__}, not a JSON object")
-        return data, latency
-
-    def _read_body(self, response: Any, where: str) -> bytes:
-        """The body of a streamed reply, cut off past `max_reply_bytes` or `timeout_s` of reading."""
-        deadline = time.perf_counter() + self.timeout_s
-        chunks, size = [], 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > self.max_reply_bytes:
-                raise HTTPPolicyError(f"{where}: the reply is over {self.max_reply_bytes:,} bytes; cut off")
-            if time.perf_counter() > deadline:
-                raise HTTPPolicyError(f"{where}: the reply was not complete after {self.timeout_s:g} s; cut off")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return request_json(
+            create,
+            kwargs,
+            where=self._where,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            max_reply_bytes=self.max_reply_bytes,
+        )
 
     def _malformed(self, error: Exception) -> HTTPPolicyError:
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return HTTPPolicyError(
-            f"{self.api} request to {self.endpoint} (model {self.model!r}): malformed reply ({detail[:200]})"
-        )
+        return malformed_reply(self._where, error)
 
     def _chat(self, instructions: str, tools: list[dict[str, Any]], state: State) -> Turn:
         kwargs: dict[str, Any] = {

@@ -173,6 +173,64 @@ def row_observation(row: dict[str, Any]) -> tuple[str, list[dict[str, Any]], Sta
     return instructions, row_tools(row), state, turn
 
 
+def _kind(value: Any) -> str:
+    """What a field that cannot be read holds, for its error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, (str, list)) and not value:
+        return "empty"
+    return f"a {type(value).__name__}"
+
+
+def _json_field(field: str, value: Any, kind: type) -> None:
+    """Check that `value` is a JSON string of a `kind` (``tools`` may be a list already, as `row_tools` reads)."""
+    if kind is list and isinstance(value, list):
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{field} is {_kind(value)}, not a JSON string")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{field} is not JSON ({e})") from None
+    if not isinstance(parsed, kind):
+        raise ValueError(f"{field} is JSON {_kind(parsed)}, not a {kind.__name__}")
+
+
+def check_demo_row(row: dict[str, Any]) -> None:
+    """Raise a ValueError naming the first field of `row` that SFT cannot read (a hand-edited folder:
+    empty ``messages``, a null ``function`` or ``tool_call_id``, JSON that does not parse), so it
+    fails where the row is loaded, not with a traceback deep in SFT."""
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(
+            f"messages is {_kind(messages)}; a row holds the system instructions, the State's messages "
+            "and the trained assistant turn"
+        )
+    for i, message in enumerate(messages):
+        at = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise ValueError(f"{at} is {_kind(message)}, not a message")
+        if not isinstance(message.get("content"), str):
+            raise ValueError(f"{at}.content is {_kind(message.get('content'))}, not a string")
+        call_id = message.get("tool_call_id")
+        if message.get("role") == "tool" and (not isinstance(call_id, str) or not call_id):
+            raise ValueError(f"{at}.tool_call_id is {_kind(call_id)}; a tool message names the call it answers")
+        for j, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                raise ValueError(
+                    f"{at}.tool_calls[{j}].function is {_kind(function)}, not an object with name and arguments"
+                )
+            if not isinstance(call.get("id"), str) or not isinstance(function.get("name"), str):
+                raise ValueError(f"{at}.tool_calls[{j}]: id and function.name must be strings")
+            _json_field(f"{at}.tool_calls[{j}].function.arguments", function.get("arguments"), dict)
+    _json_field("tools", row.get("tools"), list)
+    try:
+        row_observation(row)
+    except ValueError as e:
+        raise ValueError(f"messages: {e}") from None
+
+
 # --------------------------------------------------------------------------- rows
 
 

@@ -46,7 +46,7 @@ from rl_compaction.core import chat_format
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
-from rl_compaction.training.demos import row_observation, turn_kind
+from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
 from rl_compaction.training.precision import check_master_weights
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
@@ -182,7 +182,9 @@ def prepare_dataset(
 
 
 def load_demos(dataset_dir: str | Path) -> Dataset:
-    """A demos folder written by `write_demos`, with a clear error for anything else."""
+    """A demos folder written by `write_demos`, with a clear error for anything else: a row that
+    `check_demo_row` refuses is named by folder, row (counted from 0, as ``load_from_disk(folder)[i]``)
+    and field."""
     path = Path(dataset_dir)
     if not (path / "dataset_info.json").is_file():
         raise FileNotFoundError(f"{path} is not a demos dataset folder (write one with rl_compaction.training.demos)")
@@ -191,6 +193,11 @@ def load_demos(dataset_dir: str | Path) -> Dataset:
         raise ValueError(f"{path} holds no demo rows with 'messages' and 'tools' columns")
     if len(demos) == 0:
         raise ValueError(f"{path} holds no demo rows")
+    for i, row in enumerate(demos):
+        try:
+            check_demo_row(row)
+        except ValueError as e:
+            raise ValueError(f"{path}, row {i} (from 0): {e}") from None
     return demos
 
 
@@ -206,12 +213,13 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     args.completion_only_loss = True
     if model_args.model_name_or_path is None:
         raise ValueError("model_name_or_path is required")
+    demos = load_demos(script_args.dataset_dir)  # a bad row is named before the model loads
     model, tokenizer = load_pretrained(
         model_args.model_name_or_path, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation
     )
     check_master_weights(model, args, model_args.use_peft)
     train_dataset = prepare_dataset(
-        load_demos(script_args.dataset_dir),
+        demos,
         tokenizer,
         args.max_length,
         script_args.balance_turns,
