@@ -239,7 +239,8 @@ def test_eval_settings_are_parsed_the_trl_way(tmp_path: Path):
         parse_eval_args(["--config", str(path)])
     for bad, message in [
         (["--episodes", "0"], "episodes must be an integer >= 1"),
-        (["--request-timeout", "inf"], "request_timeout_s must be a positive number"),
+        (["--request-timeout", "inf"], "request_timeout_s must be a finite number"),
+        (["--request-timeout", "0"], "request_timeout_s must be a positive number"),
         (["--extra", "[1]"], "extra must be a mapping"),
     ]:
         with pytest.raises(UsageError, match=message):

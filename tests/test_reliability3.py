@@ -52,6 +52,17 @@ def test_sft_and_eval_refuse_non_finite_numbers(tmp_path, capsys):
     assert "temperature must be a finite number" in capsys.readouterr().err
 
 
+def test_train_refuses_fewer_tasks_than_one_generation_batch_before_loading_a_model(tmp_path, capsys):
+    """8 distinct tasks per generation batch (4 rows x 4 accumulation steps / 2 per group), 4 to draw from:
+    TRL's sampler yields no batch, and train saved the untrained start as "trained" after 0 steps."""
+    config = _yaml(tmp_path, "configs/train/tiny-cpu.yaml", train_tasks=4, gradient_accumulation_steps=4)
+    argv = ["train", "--config", config, "--num_generations", "2", "--model_name_or_path", str(tmp_path / "none")]
+    assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "train_tasks (4) is fewer than the distinct tasks of one generation batch (8" in err
+    assert not (tmp_path / "run").exists()
+
+
 # -- progress.json: written whole, and a torn one never restarts a finished run ---------------------------
 
 

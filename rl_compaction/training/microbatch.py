@@ -125,9 +125,9 @@ def per_row_logps(
     on that row's own tokens: a padded batch makes transformers build a dense B x 1 x W x W attention mask
     (~10 GB as bool at 5 x 45k tokens) and keeps SDPA off its flash path; a row without padding needs no mask.
     A row's tokens are contiguous (left-padded prompt, right-padded completion); its columns outside them are 0,
-    which every use masks. The same log-probs as the padded forward (RoPE sees relative positions only)."""
-    if bool(attention_mask.all()):
-        return forward(input_ids, attention_mask, logits_to_keep, **kwargs)
+    which every use masks. The same log-probs as the padded forward (RoPE sees relative positions only).
+    Always one forward per row, even without padding: DDP broadcasts buffers and ZeRO-3 / FSDP gather weights
+    in every forward, so processes holding as many rows must run as many forwards, or they wait forever."""
     width = input_ids.size(1)
     first_kept = width - logits_to_keep
     logps, entropies, aux = [], [], []

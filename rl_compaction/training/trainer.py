@@ -134,6 +134,15 @@ class CompactionGRPOConfig(GRPOConfig):
                 raise ValueError(f"family_weights must be >= 0 with a positive sum, got {self.family_weights}")
         if self.train_tasks <= 0 or self.eval_tasks <= 0:
             raise ValueError("train_tasks and eval_tasks must be > 0")
+        # TRL's sampler yields only whole generation batches: with fewer tasks than one needs, no step runs,
+        # and the untouched start would be saved as the trained model
+        needed = self.generation_batch_size // self.num_generations
+        if self.train_tasks < needed:
+            raise ValueError(
+                f"train_tasks ({self.train_tasks}) is fewer than the distinct tasks of one generation batch "
+                f"({needed} = per_device_train_batch_size x processes x steps_per_generation / num_generations): "
+                "no training step would run"
+            )
         Difficulty(self.difficulty_scale, self.difficulty_level)
         self.env_config()
         get_cache_model(self.cache_preset)
