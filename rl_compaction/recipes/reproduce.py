@@ -43,7 +43,7 @@ from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_s
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty
-from rl_compaction.models.registry import MARKER, counter_name
+from rl_compaction.models.registry import MARKER, check_model, counter_name
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
@@ -136,6 +136,7 @@ class ReproduceConfig:
         check_counts(
             self, ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size")
         )
+        check_counts(self, ("unlimited_window",))
         for scale in (self.scale, self.eval_scale if self.eval_scale is not None else self.scale):
             if not isinstance(scale, (int, float)) or not math.isfinite(scale):
                 raise ValueError(f"scale must be a finite number, got {scale!r}")
@@ -159,6 +160,15 @@ class ReproduceConfig:
                 raise ValueError(
                     f"unknown key(s) under {section}: {', '.join(unknown)} ({config_class.__name__} fields)"
                 )
+        # stages 3 and 4 build these configs after hours of work: build them now, so their checks run now
+        out = Path(self.output_dir)
+        try:
+            CompactionGRPOConfig(**grpo_settings(self, out / "grpo"))
+        except ValueError as e:
+            raise ValueError(f"grpo: {e}") from None
+        eval_configs(self, out, self.baselines or ["oracle@none"])
+        if self.warm_start is None:
+            check_model(self.model)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> ReproduceConfig:
@@ -243,17 +253,9 @@ def _log(message: str) -> None:
     print(f"[rl-compaction reproduce] {message}", file=sys.stderr, flush=True)
 
 
-def run_grpo(
-    config: ReproduceConfig, model_dir: Path, out: Path, reward_fn: RewardFn | None = None
-) -> list[dict[str, Any]]:
-    """GRPO from `model_dir` with the config's overrides; saves the model to `out`, returns TRL's log
-    history. `reward_fn` replaces the default reward (`CompactionGRPOTrainer`), e.g. for an ablation."""
-    from trl import ModelConfig
-
-    from rl_compaction.training.train import build_trainer
-    from rl_compaction.training.trainer import CompactionGRPOConfig
-
-    settings = {
+def grpo_settings(config: ReproduceConfig, out: Path) -> dict[str, Any]:
+    """The `CompactionGRPOConfig` fields of stage 3: the recipe's task, on CPU, then its `grpo` section."""
+    return {
         "output_dir": str(out),
         "use_cpu": True,
         "families": [config.family],
@@ -267,8 +269,50 @@ def run_grpo(
         "activation_checkpointing": False,
         **config.grpo,
     }
+
+
+def eval_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> tuple[EvalConfig, EvalConfig]:
+    """Stage 4's two evals: `policies` at the recipe's window, and the oracle at the unlimited window."""
+    common = {
+        "family": config.family,
+        "split": "test",
+        "episodes": config.eval_episodes,
+        "max_turns": config.eval_max_turns,
+        "max_new_tokens": config.eval_max_new_tokens,
+        "temperature": config.eval_temperature,
+        "batch_size": config.eval_batch_size,
+        "tokenizer": str(out / "grpo"),
+        "scale": config.eval_scale if config.eval_scale is not None else config.scale,
+        "level": config.level,
+    }
+    windowed = EvalConfig(
+        policies=policies,
+        output_dir=str(out / "eval"),
+        context_window=config.context_window,
+        compaction_threshold=config.compaction_threshold,
+        **common,
+    )
+    unlimited = EvalConfig(
+        policies=["oracle@none"],
+        output_dir=str(out / "eval_unlimited"),
+        context_window=config.unlimited_window,
+        **common,
+    )
+    return windowed, unlimited
+
+
+def run_grpo(
+    config: ReproduceConfig, model_dir: Path, out: Path, reward_fn: RewardFn | None = None
+) -> list[dict[str, Any]]:
+    """GRPO from `model_dir` with the config's overrides; saves the model to `out`, returns TRL's log
+    history. `reward_fn` replaces the default reward (`CompactionGRPOTrainer`), e.g. for an ablation."""
+    from trl import ModelConfig
+
+    from rl_compaction.training.train import build_trainer
+    from rl_compaction.training.trainer import CompactionGRPOConfig
+
     model_args = ModelConfig(model_name_or_path=str(model_dir))
-    trainer = build_trainer(CompactionGRPOConfig(**settings), model_args, reward_fn=reward_fn)
+    trainer = build_trainer(CompactionGRPOConfig(**grpo_settings(config, out)), model_args, reward_fn=reward_fn)
     trainer.train()
     trainer.save_model(str(out))
     write_model_card(trainer, out, str(model_dir))
@@ -640,39 +684,10 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
     history = json.loads((out / "grpo" / "log_history.json").read_text(encoding="utf-8"))
 
     start = _stage(4, 5, f"eval on {config.eval_episodes} held-out test tasks")
-    common = {
-        "family": config.family,
-        "split": "test",
-        "episodes": config.eval_episodes,
-        "max_turns": config.eval_max_turns,
-        "max_new_tokens": config.eval_max_new_tokens,
-        "temperature": config.eval_temperature,
-        "batch_size": config.eval_batch_size,
-        "tokenizer": str(out / "grpo"),
-        "scale": config.eval_scale if config.eval_scale is not None else config.scale,
-        "level": config.level,
-    }
     learned, sft = f"{out / 'grpo'}@evolve", f"{warm}@evolve"
-    windowed = run_eval(
-        EvalConfig(
-            policies=[learned, sft, *config.baselines],
-            output_dir=str(out / "eval"),
-            context_window=config.context_window,
-            compaction_threshold=config.compaction_threshold,
-            **common,
-        ),
-        resume=resume,
-        use_wandb=config.wandb,
-    )
-    unlimited = run_eval(
-        EvalConfig(
-            policies=["oracle@none"],
-            output_dir=str(out / "eval_unlimited"),
-            context_window=config.unlimited_window,
-            **common,
-        ),
-        resume=resume,
-    )
+    windowed_config, unlimited_config = eval_configs(config, out, [learned, sft, *config.baselines])
+    windowed = run_eval(windowed_config, resume=resume, use_wandb=config.wandb)
+    unlimited = run_eval(unlimited_config, resume=resume)
     _done(out, timings, "eval", start)
 
     _stage(5, 5, "table, plots and verdict")
