@@ -12,7 +12,9 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if ! "$PY" -c 'import sys; from rl_compaction.harness.tasks import family_names; sys.exit(not family_names())' 2>/dev/null; then
+# probed from outside the checkout, as gpu_check.py imports it: the checkout's own folder (and an
+# rl_compaction.egg-info left there by another environment's editable install) must not count
+if ! (cd / && "$PY" -c 'import sys; from rl_compaction.harness.tasks import family_names; sys.exit(not family_names())') 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e .
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
