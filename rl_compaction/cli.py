@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_compaction.core.configs import help_field
+from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, help_field
 from rl_compaction.core.state import State, StateError, dumps_state, load_state
 
 #: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
@@ -196,13 +196,18 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     from rl_compaction.models.registry import counter_name
 
     _family(args.family)
+    try:  # the prompt as a model sees it under --context-window; the sizes below from an unlimited one
+        shown = EnvConfig(context_window=args.context_window, tokenizer=counter_name(args.tokenizer))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    obs, _ = make_env(args.family, split=args.split, config=shown, difficulty=_difficulty(args)).reset(seed=args.seed)
     env = make_env(
         args.family,
         split=args.split,
         config=EnvConfig(context_window=10**9, tokenizer=counter_name(args.tokenizer)),
         difficulty=_difficulty(args),
     )
-    obs, info = env.reset(seed=args.seed)
+    _, info = env.reset(seed=args.seed)
     print(f"# {args.family} / {args.split} / seed {args.seed}\n")
     print(obs["instructions"].split("\n\n# Your working context")[0])
     print("\n## Tools: " + ", ".join(t["name"] for t in obs["tools"]))
@@ -216,7 +221,7 @@ def cmd_envs_show(args: argparse.Namespace) -> int:
     print(f"initial input tokens:          {info['input_tokens']}")
     print(f"oracle episode tool output:    {tool_tokens} tokens in {end.turns} turns")
     print(f"oracle episode peak context:   {end.ledger.peak_context_tokens} tokens")
-    print(f"oracle score (no compaction):  {end.score:.3f}")
+    print(f"oracle score (no compaction, unlimited window): {end.score:.3f}")
     return 0
 
 
@@ -555,7 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", choices=("train", "validation", "test"))
     p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--level", type=int, default=2)
-    p.add_argument("--context-window", type=int, default=32_768)
+    p.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW)
     p.add_argument("--compaction-threshold", type=int, default=None)
     p.add_argument("--tokenizer", default=None, help="count tokens as this model does (name, path or encoding)")
     p.add_argument("--first-seed", type=int, default=0)
@@ -598,6 +603,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         if action == "show":
             p.add_argument("--seed", type=_seed, default=0)
+            p.add_argument(
+                "--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW, help="the window the prompt states"
+            )
         else:
             p.add_argument("--episodes", type=int, default=5)
             p.add_argument("--seed-start", type=_seed, default=0)
@@ -608,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "evolve_summary, evolve_early, evolve_recent, evolve_eager, sliding_window, clear_tool_outputs; "
                 "comma-separated or all",
             )
-            p.add_argument("--context-window", type=int, default=1_000_000)
+            p.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW, help="the agent's window")
             p.add_argument("--compaction-threshold", type=int, default=None, help="default: 75%% of the window")
             p.add_argument(
                 "--max-turns", type=int, default=400, help="turn limit per episode (long sessions need more)"

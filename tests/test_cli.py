@@ -131,7 +131,28 @@ def test_envs_list_and_show():
     assert {"probe", "ledger", "dialogue"} <= names
     r = cli("envs", "show", "probe", "--seed", "1", "--scale", "0.06")
     assert r.returncode == 0, r.stderr
-    assert "Tracked keys" in r.stdout and "oracle score (no compaction):  1.000" in r.stdout
+    assert "Tracked keys" in r.stdout and "oracle score (no compaction, unlimited window): 1.000" in r.stdout
+    # the prompt states the window every other command defaults to (it said 1,000,000,000 tokens)
+    assert "Your context window is 32768 tokens" in r.stdout
+    r = cli("envs", "show", "probe", "--seed", "1", "--scale", "0.06", "--context-window", "6000")
+    assert "Your context window is 6000 tokens" in r.stdout
+
+
+def test_envs_oracle_defaults_to_the_window_of_eval_and_training():
+    """`envs oracle` defaulted to a 1,000,000-token window, where `--strategy none,evolve` gave equal rows."""
+    from rl_compaction.cli import build_parser
+    from rl_compaction.evaluation.evaluate import EvalConfig
+    from rl_compaction.harness.env import EnvConfig
+    from rl_compaction.training.trainer import CompactionGRPOConfig
+
+    windows = {
+        build_parser().parse_args(["envs", "oracle", "probe"]).context_window,
+        build_parser().parse_args(["envs", "show", "probe"]).context_window,
+        EnvConfig().context_window,
+        EvalConfig.__dataclass_fields__["context_window"].default,
+        CompactionGRPOConfig.__dataclass_fields__["context_window"].default,
+    }
+    assert windows == {32_768}
 
 
 def test_envs_oracle_table():

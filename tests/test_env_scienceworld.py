@@ -315,6 +315,7 @@ def test_a_gone_process_is_never_called_again(died, caplog):
         family.close()
 
 
+@pytest.mark.without_java
 def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "scienceworld", None)  # as if the package were not installed
     with pytest.raises(SimulatorError, match=r"pip install 'rl-compaction\[scienceworld\]'"):
@@ -322,6 +323,7 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
 
 
 # scienceworld's own ScienceWorldEnv.__del__ fails on the half-built env a missing Java leaves behind
+@pytest.mark.without_java
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_without_java_the_error_says_so(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -14,6 +14,9 @@ import re
 from dataclasses import field
 from typing import Any
 
+#: the agent's context window (tokens) wherever none is given: env, eval, training, demos and the CLI
+DEFAULT_CONTEXT_WINDOW = 32_768
+
 
 def help_field(text: str, **kwargs: Any) -> Any:
     """A dataclass field with `--help` text (TrlParser reads it from `metadata`)."""

@@ -30,6 +30,25 @@ def check_output_dir(path: str | Path) -> Path:
     return folder
 
 
+#: what a finished or interrupted training run leaves in its output folder
+RUN_FILES = ("config.json", "adapter_config.json", "model.safetensors", "adapter_model.safetensors")
+
+
+def check_no_previous_run(path: str | Path, *, resume: str | None, overwrite: bool) -> None:
+    """ValueError if `path` holds a previous training run (checkpoints or a saved model) that neither
+    `resume` continues nor `overwrite` allows replacing: the Trainer would silently write over it."""
+    folder = Path(path).expanduser()
+    if resume or overwrite or not folder.is_dir():
+        return
+    found = sorted(p.name for p in folder.iterdir() if p.name.startswith("checkpoint-") or p.name in RUN_FILES)
+    if found:
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise ValueError(
+            f"output folder {path} holds a previous run ({shown}); pass --resume_from_checkpoint true to continue "
+            "it, --overwrite_output_dir true to replace it, or another --output_dir"
+        )
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write `path` whole or not at all: a temp file beside it, then `os.replace`. A kill or a full disk
     during a plain write leaves the file empty, and a resume then reads a torn record of what was done."""

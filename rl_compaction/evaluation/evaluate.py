@@ -26,7 +26,7 @@ from statistics import mean
 from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
-from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
+from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.core.reports import (
     asked_share,
@@ -75,7 +75,7 @@ class EvalConfig:
     )
     scale: float = help_field("the task's difficulty scale (its length)", default=1.0)
     level: int = help_field("the task's difficulty level", default=2)
-    context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=32_768)
+    context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=DEFAULT_CONTEXT_WINDOW)
     compaction_threshold: int | None = help_field(
         "context size at which the harness asks for a compaction (default: 75%% of the window)", default=None
     )

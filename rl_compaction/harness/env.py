@@ -35,7 +35,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
-from rl_compaction.core.configs import check_numbers
+from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, check_numbers
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
 from rl_compaction.core.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
@@ -72,7 +72,7 @@ class EnvConfig:
     success_threshold: a score at or above it counts as success.
     """
 
-    context_window: int = 32_768
+    context_window: int = DEFAULT_CONTEXT_WINDOW
     compaction_threshold: int | None = None
     compaction_request: str = DEFAULT_COMPACTION_REQUEST
     request_role: str = "user"

@@ -43,6 +43,7 @@ from typing import Any
 
 from datasets import Dataset, Features, List, Value
 
+from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.core.render import chat_messages, chat_tools
 from rl_compaction.core.reports import progress_bar
@@ -328,7 +329,7 @@ def write_demos(
     split: str = "train",
     scale: float = 1.0,
     level: int = 2,
-    context_window: int = 32_768,
+    context_window: int = DEFAULT_CONTEXT_WINDOW,
     compaction_threshold: int | None = None,
     tokenizer_name_or_path: str | None = None,
     first_seed: int = 0,

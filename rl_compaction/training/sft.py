@@ -44,7 +44,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction.core import chat_format
 from rl_compaction.core.configs import check_numbers
-from rl_compaction.core.outputs import check_output_dir, resolve_resume
+from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
 from rl_compaction.training.precision import check_master_weights
@@ -71,6 +71,10 @@ class SFTScriptArguments:
             "help": "Train only on turns of these kinds (e.g. submit: the answers alone, a phase that makes a "
             "model copy the answer from its context before it learns the rest of the protocol)."
         },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into an output_dir holding a previous run (checkpoints, a model); else refused."},
     )
 
 
@@ -313,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
         check_numbers(config)
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    check_no_previous_run(args.output_dir, resume=resume, overwrite=script_args.overwrite_output_dir)
     run_sft(script_args, args, model_args)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from rl_compaction.core.outputs import resolve_resume
+from rl_compaction.core.outputs import check_no_previous_run, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.precision import check_master_weights
 from rl_compaction.training.reward import RewardFn
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    check_no_previous_run(args.output_dir, resume=args.resume_from_checkpoint, overwrite=args.overwrite_output_dir)
     if "wandb" in (args.report_to or []):
         os.environ.setdefault("WANDB_DIR", args.output_dir)  # the run's files beside its checkpoints, not in ./wandb
         if not os.environ.get("WANDB_API_KEY"):

@@ -43,7 +43,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
 
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
-from rl_compaction.core.configs import check_numbers
+from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, check_numbers
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
@@ -70,7 +70,7 @@ class CompactionGRPOConfig(GRPOConfig):
     eval_tasks: int = field(default=16, metadata={"help": "Task seeds from the validation split for evaluation."})
     difficulty_scale: float = field(default=1.0, metadata={"help": "Tool-output volume (1.0: > 32k tokens)."})
     difficulty_level: int = field(default=2, metadata={"help": "Difficulty level 1-3."})
-    context_window: int = field(default=32_768, metadata={"help": "Context window of the agent (tokens)."})
+    context_window: int = field(default=DEFAULT_CONTEXT_WINDOW, metadata={"help": "The agent's window (tokens)."})
     compaction_threshold: int | None = field(
         default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75%% of window)."}
     )
@@ -87,6 +87,10 @@ class CompactionGRPOConfig(GRPOConfig):
         default=0.2, metadata={"help": "When the turn, output or time limit ended the episode unsubmitted."}
     )
     log_episodes: int = field(default=4, metadata={"help": "Sample episodes logged as a table per generation."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into an output_dir holding a previous run (checkpoints, a model); else refused."},
+    )
 
     def __post_init__(self) -> None:
         check_numbers(self)  # before TRL's own checks, which do arithmetic on these
