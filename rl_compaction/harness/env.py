@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -485,13 +486,25 @@ class CompactionEnv(gym.Env):
         return False
 
     def _score(self, answer: str) -> float:
-        """The task's score of an answer; one the checker cannot even parse (a 5000-digit number
-        hits Python's int limit) scores 0 rather than leaving the episode without an end."""
+        """The task's score of an answer, a number in [0, 1]. An answer the checker cannot even parse (a
+        5000-digit number hits Python's int limit) scores 0 rather than leaving the episode without an end;
+        so does a score that is no number in [0, 1] (NaN, inf, 7.5: the family's bug), rather than
+        becoming the reward and counting as success. Both are recorded as a ``score_error`` event."""
         try:
-            return float(self.task.score(answer))
+            score = self.task.score(answer)
         except (ValueError, OverflowError, RecursionError) as e:
-            self.events.append({"turn": self.turn, "event": "score_error", "error": clip(str(e), 200)})
-            return 0.0
+            return self._score_error(str(e))
+        # NaN fails both comparisons; bool is accepted, as float() always did (a checker may return answer == x)
+        if not isinstance(score, numbers.Real) or not 0 <= score <= 1:
+            return self._score_error(
+                f"task family {quote(self.family.name)}: score() returned {quote(score)}; "
+                "a score must be a finite number in [0, 1]"
+            )
+        return float(score)
+
+    def _score_error(self, error: str) -> float:
+        self.events.append({"turn": self.turn, "event": "score_error", "error": clip(error, 200)})
+        return 0.0
 
     def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
         """Run one evolve call through the protocol; the receipt lands in State and history."""

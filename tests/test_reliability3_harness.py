@@ -1,0 +1,110 @@
+"""Faults of the third reliability round in the harness: what a task plug-in hands the env (its score, its
+tool output and user replies), a reset that raises half-way, and evolve code that read the host's time zone.
+Each was accepted, or mixed two episodes, before its fix."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from rl_compaction.core.render import function_tool
+from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.harness.tasks import Oracle, Task, TaskFamily, ToolError
+
+
+class TinyOracle(Oracle):
+    def act(self, state):
+        return [self.function_call(state, "submit", {"answer": "ok"})]
+
+
+class TinyTask(Task):
+    """One tool (`echo`), a fixed answer; what the plug-in returns is set by its family."""
+
+    family = "tiny"
+    instructions = "Call echo, then submit ok."
+
+    def __init__(self, seed, settings):
+        self.seed, self.settings = seed, settings
+
+    def tools(self):
+        if self.settings.get("fail") == ("tools", self.seed):
+            raise RuntimeError("tools bug")
+        return [function_tool("echo", "Echo a text.", {"text": {"type": "string"}}, ["text"])]
+
+    def initial_state(self):
+        if self.settings.get("fail") == ("initial_state", self.seed):
+            raise RuntimeError("initial_state bug")
+        if self.settings.get("fail") == ("invalid_state", self.seed):
+            return [{"type": "message", "role": "user"}]  # no content
+        return [{"type": "message", "role": "user", "content": f"Task {self.seed}: call echo, then submit ok."}]
+
+    def call_tool(self, name, arguments):
+        if name != "echo" or not isinstance(arguments.get("text"), str):
+            raise ToolError("call echo with a text")
+        return self.settings.get("tool_output", arguments["text"])
+
+    def user_reply(self, text):
+        return self.settings.get("reply")
+
+    def score(self, answer):
+        return self.settings.get("score", float(answer == "ok"))
+
+    def oracle(self):
+        return TinyOracle()
+
+
+class TinyFamily(TaskFamily):
+    name = "tiny"
+
+    def __init__(self, **settings):
+        self.settings = settings
+
+    def make(self, seed, split="train", difficulty=None):
+        if self.settings.get("fail") == ("make", seed):
+            raise RuntimeError("make bug")
+        return TinyTask(seed, self.settings)
+
+
+def call(name: str, args: dict, cid: str) -> dict:
+    return {"type": "function_call", "call_id": cid, "name": name, "arguments": json.dumps(args)}
+
+
+def snapshot(env: CompactionEnv) -> tuple:
+    return (
+        json.dumps(env.state),
+        json.dumps(env.history),
+        env.turn,
+        len(env.ledger.rows),
+        json.dumps(env.events),
+        len(env.state_versions),
+        env.answer,
+        env.score,
+    )
+
+
+# -- a plug-in's score must be a number in [0, 1] ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), float("-inf"), 7.5, -3, 1.0000001, "1.0", None, [1]])
+def test_a_score_outside_0_1_is_a_score_error_not_a_reward(score):
+    """NaN, inf or 7.5 became the reward as they were, and inf and 7.5 counted as success."""
+    env = CompactionEnv(TinyFamily(score=score))
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step([call("submit", {"answer": "ok"}, "c1")])
+    assert terminated and reward == 0.0 and info["score"] == 0.0 and info["success"] is False
+    [error] = [e["error"] for e in env.events if e["event"] == "score_error"]
+    assert "task family 'tiny'" in error and "score() returned" in error and "finite number in [0, 1]" in error
+    assert "\n" not in error
+    assert obs["state"][-1]["output"] == "Answer submitted."
+
+
+@pytest.mark.parametrize("score", [0, 1, 0.5, True, False, Fraction(1, 4)])
+def test_a_score_in_0_1_is_the_reward(score):
+    env = CompactionEnv(TinyFamily(score=score))
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step([call("submit", {"answer": "ok"}, "c1")])
+    assert terminated and reward == info["score"] == float(score) and type(reward) is float
+    assert info["success"] is (score == 1)
+    assert not any(e["event"] == "score_error" for e in env.events)
