@@ -8,6 +8,7 @@ import json
 from fractions import Fraction
 
 import pytest
+from gymnasium.error import ResetNeeded
 
 from rl_compaction.core.render import function_tool
 from rl_compaction.harness.env import CompactionEnv
@@ -108,3 +109,33 @@ def test_a_score_in_0_1_is_the_reward(score):
     assert terminated and reward == info["score"] == float(score) and type(reward) is float
     assert info["success"] is (score == 1)
     assert not any(e["event"] == "score_error" for e in env.events)
+
+
+# -- a reset that raises half-way leaves no episode to play ---------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["make", "tools", "initial_state", "invalid_state"])
+def test_after_a_failed_reset_step_raises_reset_needed_and_the_old_episode_is_untouched(where):
+    """The env kept the new task and seed with the old State, ledger and turn count, and step played on."""
+    env = CompactionEnv(TinyFamily(fail=(where, 1)))
+    env.reset(seed=0)
+    env.step([call("echo", {"text": "hello"}, "c1")])
+    old_task, before = env.task, snapshot(env)
+    with pytest.raises(Exception, match="bug|content"):
+        env.reset(seed=1)
+    assert env.task is old_task and env.task_seed == 0 and snapshot(env) == before
+    with pytest.raises(ResetNeeded, match="reset"):
+        env.step([call("submit", {"answer": "ok"}, "c2")])
+    assert snapshot(env) == before
+    env.reset(seed=2)  # a reset that succeeds starts a clean episode
+    assert env.task_seed == 2 and env.turn == 0 and len(env.ledger.rows) == 0
+    _, reward, terminated, _, _ = env.step([call("submit", {"answer": "ok"}, "c1")])
+    assert terminated and reward == 1.0
+
+
+def test_a_first_reset_that_fails_also_needs_a_reset():
+    env = CompactionEnv(TinyFamily(fail=("make", 0)))
+    with pytest.raises(RuntimeError, match="make bug"):
+        env.reset(seed=0)
+    with pytest.raises(ResetNeeded):
+        env.step([call("submit", {"answer": "ok"}, "c1")])

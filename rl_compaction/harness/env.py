@@ -15,7 +15,8 @@ arguments that are not a JSON object, ...) is answered with an error tool output
 items are ignored and logged as a ``malformed_action`` event. Only an action whose envelope is
 wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) raises
 `InvalidAction`, and then nothing changes, not even the turn count. After the episode ends
-(terminated or truncated) `step` raises Gymnasium's `ResetNeeded`.
+(terminated or truncated), or after a `reset` that raised (it changes nothing of the env, but the
+episode under way is over), `step` raises Gymnasium's `ResetNeeded`.
 
 Why one module of ~640 lines: `CompactionEnv` is one state machine (State, history, window,
 threshold, limits and ledger change together at every step); its action and observation checks sit
@@ -222,30 +223,39 @@ class CompactionEnv(gym.Env):
         self.observation_space = JSONSpace(_check_observation, _example_observation)
         self.action_space = JSONSpace(_check_action, _example_action)
         self.task: Task | None = None
+        self._reset_failed = False
 
     # ------------------------------------------------------------------ gym API
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
-        """Start an episode on task `seed` of the split (or `options["task_seed"]`)."""
+        """Start an episode on task `seed` of the split (or `options["task_seed"]`). The new episode is
+        built before the env changes: when the family raises half-way, the env keeps nothing of the
+        new task and the episode under way is over (`step` raises `ResetNeeded` until a reset succeeds)."""
+        self._reset_failed = True  # until the new episode is complete
         super().reset(seed=seed)
         options = options or {}
         task_seed = options.get("task_seed", seed)
         if task_seed is None:
             task_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.task_seed = int(task_seed)
-        self.task = self.family.make(self.task_seed, self.split, self.difficulty)
-        self.tools = [*self.task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
-        self.tool_names = {t["name"] for t in self.tools}
+        task_seed = int(task_seed)
+        task = self.family.make(task_seed, self.split, self.difficulty)
+        tools = [*task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
+        tool_names = {t["name"] for t in tools}
         rules = HARNESS_RULES.format(window=self.config.context_window)
-        self.instructions = system_message(f"{self.task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
-        self.state: State = validate_state(self.task.initial_state())
-        self.history: State = list(self.state)
+        instructions = system_message(f"{task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
+        state: State = validate_state(task.initial_state())
+        input_ids = self.counter.input_ids(instructions, tools, state)
+
+        # Nothing can fail from here: the new episode replaces the old one whole.
+        self.task_seed, self.task, self.tools, self.tool_names = task_seed, task, tools, tool_names
+        self.instructions, self.state, self._input_ids = instructions, state, input_ids
+        self.history: State = list(state)
         self.ledger = Ledger(self.cache_model)
         self.turn = 0
         self.output_tokens = 0
         self.started = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(self.state)}]
+        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(state)}]
         self.answer: str | None = None
         self.score = 0.0
         self._requested = False
@@ -254,7 +264,7 @@ class CompactionEnv(gym.Env):
         self._call_counter = 0
         self._ended = False
         self._closed = False
-        self._input_ids = self._render()
+        self._reset_failed = False
         return self._observation(), {
             "task_seed": self.task_seed,
             "family": self.family.name,
@@ -264,7 +274,9 @@ class CompactionEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         """One model turn. Raises `InvalidAction` (nothing changed) for an action that is not a
-        turn, `ResetNeeded` after the episode ended; the model's own mistakes never raise."""
+        turn, `ResetNeeded` after the episode ended or a reset raised; the model's own mistakes never raise."""
+        if self._reset_failed:
+            raise ResetNeeded("the last reset() raised; call reset() again to start an episode")
         if self.task is None:
             raise RuntimeError("call reset() before step()")
         if self._ended:
