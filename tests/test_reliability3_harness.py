@@ -11,7 +11,7 @@ import pytest
 from gymnasium.error import ResetNeeded
 
 from rl_compaction.core.render import function_tool
-from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.harness.env import CompactionEnv, PluginError
 from rl_compaction.harness.tasks import Oracle, Task, TaskFamily, ToolError
 
 
@@ -139,3 +139,55 @@ def test_a_first_reset_that_fails_also_needs_a_reset():
         env.reset(seed=0)
     with pytest.raises(ResetNeeded):
         env.step([call("submit", {"answer": "ok"}, "c1")])
+
+
+# -- text a plug-in hands the State is checked where it enters --------------------------------------------------
+
+
+def _evolve_still_works(env: CompactionEnv) -> None:
+    """After the refused step, a valid evolve is applied (a bad text in the State made every one raise)."""
+    obs, *_ = env.step([call("evolve", {"code": "return state;"}, "e1")])
+    assert json.loads(obs["state"][-1]["output"])["applied"] is True
+
+
+@pytest.mark.parametrize(
+    ("output", "words"),
+    [
+        ("bad \ud800 text", "lone surrogate U+D800"),
+        ({"a": 1}, "must return a string, got dict"),
+        (None, "got NoneType"),
+    ],
+)
+def test_a_tool_output_that_is_not_valid_text_fails_the_step_and_is_undone(output, words):
+    env = CompactionEnv(TinyFamily(tool_output=output))
+    env.reset(seed=0)
+    before = snapshot(env)
+    with pytest.raises(PluginError) as caught:
+        env.step([call("echo", {"text": "hi"}, "c1")])
+    message = str(caught.value)
+    assert "task family 'tiny'" in message and "call_tool('echo')" in message and words in message
+    assert "\n" not in message and snapshot(env) == before
+    _evolve_still_works(env)
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [(5, "must return a string or None, got int"), (["hi"], "got list"), ("a \udfff", "lone surrogate U+DFFF")],
+)
+def test_a_user_reply_that_is_not_a_string_fails_the_step_and_is_undone(reply, words):
+    env = CompactionEnv(TinyFamily(reply=reply))
+    env.reset(seed=0)
+    before = snapshot(env)
+    with pytest.raises(PluginError) as caught:
+        env.step([{"role": "assistant", "content": "Hello?"}])
+    message = str(caught.value)
+    assert "task family 'tiny'" in message and "user_reply()" in message and words in message
+    assert "\n" not in message and snapshot(env) == before
+    _evolve_still_works(env)
+
+
+def test_a_string_user_reply_is_the_next_user_message():
+    env = CompactionEnv(TinyFamily(reply="Fine, thanks."))
+    env.reset(seed=0)
+    obs, *_ = env.step([{"role": "assistant", "content": "Hello?"}])
+    assert obs["state"][-1] == {"type": "message", "role": "user", "content": "Fine, thanks."}

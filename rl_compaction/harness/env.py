@@ -39,7 +39,16 @@ from gymnasium.error import ResetNeeded
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
-from rl_compaction.core.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
+from rl_compaction.core.state import (
+    State,
+    StateError,
+    check_json_value,
+    check_text,
+    clip,
+    loads_json,
+    quote,
+    validate_state,
+)
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
 from rl_compaction.protocol.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
 
@@ -107,6 +116,12 @@ class EnvConfig:
 class InvalidAction(ValueError):
     """An action that is not one model turn (the policy wrapper's bug, not the model's): `step`
     raises it before changing anything."""
+
+
+class PluginError(RuntimeError):
+    """A task plug-in handed the env what cannot enter the State (a tool output that is not a string or
+    holds a lone surrogate, a user reply that is neither a string nor None): the family's bug, not the
+    model's. `step` raises it and undoes the turn, as for any other task or strategy bug."""
 
 
 @dataclass
@@ -486,16 +501,29 @@ class CompactionEnv(gym.Env):
                 return True
             else:
                 try:
-                    out = self.task.call_tool(name, args)
+                    out = self._task_text(self.task.call_tool(name, args), f"call_tool({quote(name)})")
                 except ToolError as e:
                     out = json.dumps({"error": str(e)})
                     self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": str(e)})
                 self._append(call, _output(call, out))
         if not calls:
             reply = self.task.user_reply(texts[-1] if texts else "")
+            reply = None if reply is None else self._task_text(reply, "user_reply()", "a string or None")
             nudge = reply if reply is not None else self.config.continue_nudge
             self._append({"type": "message", "role": "user", "content": nudge})
         return False
+
+    def _task_text(self, text: Any, method: str, wanted: str = "a string") -> str:
+        """Text a task plug-in hands the State, checked where it enters: a bad one would make every later
+        edit fail validation, so it raises `PluginError` (and `step` undoes the turn)."""
+        where = f"task family {quote(self.family.name)}: {method}"
+        if not isinstance(text, str):
+            raise PluginError(f"{where} must return {wanted}, got {type(text).__name__}")
+        try:
+            check_text(text, "the text")
+        except StateError as e:
+            raise PluginError(f"{where} returned invalid text: {e.rule}") from None
+        return text
 
     def _score(self, answer: str) -> float:
         """The task's score of an answer, a number in [0, 1]. An answer the checker cannot even parse (a
