@@ -5,12 +5,15 @@ Each was accepted, or mixed two episodes, before its fix."""
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 
 import pytest
 from gymnasium.error import ResetNeeded
 
+from rl_compaction.core import sandbox
 from rl_compaction.core.render import function_tool
+from rl_compaction.core.sandbox import run_evolve
 from rl_compaction.harness.env import CompactionEnv, PluginError
 from rl_compaction.harness.tasks import Oracle, Task, TaskFamily, ToolError
 
@@ -191,3 +194,34 @@ def test_a_string_user_reply_is_the_next_user_message():
     env.reset(seed=0)
     obs, *_ = env.step([{"role": "assistant", "content": "Hello?"}])
     assert obs["state"][-1] == {"type": "message", "role": "user", "content": "Fine, thanks."}
+
+
+# -- evolve code does not read the host's time zone -----------------------------------------------------------
+
+TZ_CODE = (
+    "return [new Date(0).getHours(), String(new Date(0)), new Date(0).getTimezoneOffset(), Date(), "
+    "new Date(2020, 0, 1).getTime(), new Date(0).toLocaleString()];"
+)
+
+
+def _in_time_zone(monkeypatch, tz: str) -> list:
+    """TZ_CODE's result from a worker started while this process runs in `tz`."""
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    sandbox._worker.close()  # the next run starts a worker with this environment
+    result = run_evolve([], TZ_CODE)
+    assert result.error is None, result.error
+    return result.state
+
+
+def test_evolve_results_do_not_depend_on_the_hosts_time_zone(monkeypatch):
+    """`Date()`, `getHours()` and dates from local fields followed the host's TZ, against the determinism promise."""
+    try:
+        utc = _in_time_zone(monkeypatch, "UTC")
+        assert utc[:3] == [0, "Thu Jan 01 1970 00:00:00 GMT+0000", 0] and utc[4] == 1577836800000
+        for tz in ("Asia/Kolkata", "IST-5:30", "America/St_Johns"):
+            assert _in_time_zone(monkeypatch, tz) == utc, tz
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+        sandbox._worker.close()
