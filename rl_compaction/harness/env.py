@@ -18,7 +18,7 @@ wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) 
 (terminated or truncated), or after a `reset` that raised (it changes nothing of the env, but the
 episode under way is over), `step` raises Gymnasium's `ResetNeeded`.
 
-Why one module of ~640 lines: `CompactionEnv` is one state machine (State, history, window,
+Why one module of ~700 lines: `CompactionEnv` is one state machine (State, history, window,
 threshold, limits and ledger change together at every step); its action and observation checks sit
 beside it because they define what a step accepts.
 """
