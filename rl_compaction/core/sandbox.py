@@ -266,6 +266,7 @@ try {
 # recorded episode can be re-derived by replaying its code. Math.random is a seeded generator
 # (mulberry32, the same sequence in every run), and the clock is fixed: Date.now(), new Date() and
 # Date() read FIXED_CLOCK_MS, performance.now() reads 0. Dates built from arguments are unchanged.
+# The time zone is UTC (the worker is started with TZ=UTC), so local fields equal the UTC ones.
 FIXED_CLOCK_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 _DETERMINISM = """\
 "use strict";
@@ -490,13 +491,15 @@ class _Worker:
         path = os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
         # Unbuffered pipes (raw file objects, no lock of their own): a process forked while another
         # thread was writing a request inherits a buffered writer's lock held, and its first close
-        # of the inherited pipe would then block forever.
+        # of the inherited pipe would then block forever. The worker runs in UTC: QuickJS reads the
+        # time zone for `Date()`, `getHours()` and dates from local fields, and evolve results must
+        # not depend on the host's.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "rl_compaction.core.sandbox"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
-            env=dict(os.environ, PYTHONPATH=path),
+            env=dict(os.environ, PYTHONPATH=path, TZ="UTC"),
         )
         self._owner = os.getpid()
         # It says it is ready once its imports are done, so that their CPU time is not counted

@@ -15,9 +15,10 @@ arguments that are not a JSON object, ...) is answered with an error tool output
 items are ignored and logged as a ``malformed_action`` event. Only an action whose envelope is
 wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) raises
 `InvalidAction`, and then nothing changes, not even the turn count. After the episode ends
-(terminated or truncated) `step` raises Gymnasium's `ResetNeeded`.
+(terminated or truncated), or after a `reset` that raised (it changes nothing of the env, but the
+episode under way is over), `step` raises Gymnasium's `ResetNeeded`.
 
-Why one module of ~640 lines: `CompactionEnv` is one state machine (State, history, window,
+Why one module of ~700 lines: `CompactionEnv` is one state machine (State, history, window,
 threshold, limits and ledger change together at every step); its action and observation checks sit
 beside it because they define what a step accepts.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -37,7 +39,16 @@ from gymnasium.error import ResetNeeded
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, check_numbers
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
-from rl_compaction.core.state import State, StateError, check_json_value, clip, loads_json, quote, validate_state
+from rl_compaction.core.state import (
+    State,
+    StateError,
+    check_json_value,
+    check_text,
+    clip,
+    loads_json,
+    quote,
+    validate_state,
+)
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
 from rl_compaction.protocol.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
 
@@ -105,6 +116,12 @@ class EnvConfig:
 class InvalidAction(ValueError):
     """An action that is not one model turn (the policy wrapper's bug, not the model's): `step`
     raises it before changing anything."""
+
+
+class PluginError(RuntimeError):
+    """A task plug-in handed the env what cannot enter the State (a tool output that is not a string or
+    holds a lone surrogate, a user reply that is neither a string nor None): the family's bug, not the
+    model's. `step` raises it and undoes the turn, as for any other task or strategy bug."""
 
 
 @dataclass
@@ -221,30 +238,39 @@ class CompactionEnv(gym.Env):
         self.observation_space = JSONSpace(_check_observation, _example_observation)
         self.action_space = JSONSpace(_check_action, _example_action)
         self.task: Task | None = None
+        self._reset_failed = False
 
     # ------------------------------------------------------------------ gym API
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
-        """Start an episode on task `seed` of the split (or `options["task_seed"]`)."""
+        """Start an episode on task `seed` of the split (or `options["task_seed"]`). The new episode is
+        built before the env changes: when the family raises half-way, the env keeps nothing of the
+        new task and the episode under way is over (`step` raises `ResetNeeded` until a reset succeeds)."""
+        self._reset_failed = True  # until the new episode is complete
         super().reset(seed=seed)
         options = options or {}
         task_seed = options.get("task_seed", seed)
         if task_seed is None:
             task_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.task_seed = int(task_seed)
-        self.task = self.family.make(self.task_seed, self.split, self.difficulty)
-        self.tools = [*self.task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
-        self.tool_names = {t["name"] for t in self.tools}
+        task_seed = int(task_seed)
+        task = self.family.make(task_seed, self.split, self.difficulty)
+        tools = [*task.tools(), SUBMIT_TOOL, EVOLVE_TOOL]
+        tool_names = {t["name"] for t in tools}
         rules = HARNESS_RULES.format(window=self.config.context_window)
-        self.instructions = system_message(f"{self.task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
-        self.state: State = validate_state(self.task.initial_state())
-        self.history: State = list(self.state)
+        instructions = system_message(f"{task.instructions.rstrip()}\n\n{rules}", self.config.sandbox)
+        state: State = validate_state(task.initial_state())
+        input_ids = self.counter.input_ids(instructions, tools, state)
+
+        # Nothing can fail from here: the new episode replaces the old one whole.
+        self.task_seed, self.task, self.tools, self.tool_names = task_seed, task, tools, tool_names
+        self.instructions, self.state, self._input_ids = instructions, state, input_ids
+        self.history: State = list(state)
         self.ledger = Ledger(self.cache_model)
         self.turn = 0
         self.output_tokens = 0
         self.started = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(self.state)}]
+        self.state_versions: list[dict[str, Any]] = [{"turn": 0, "reason": "reset", "state": copy.deepcopy(state)}]
         self.answer: str | None = None
         self.score = 0.0
         self._requested = False
@@ -253,7 +279,7 @@ class CompactionEnv(gym.Env):
         self._call_counter = 0
         self._ended = False
         self._closed = False
-        self._input_ids = self._render()
+        self._reset_failed = False
         return self._observation(), {
             "task_seed": self.task_seed,
             "family": self.family.name,
@@ -263,7 +289,9 @@ class CompactionEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         """One model turn. Raises `InvalidAction` (nothing changed) for an action that is not a
-        turn, `ResetNeeded` after the episode ended; the model's own mistakes never raise."""
+        turn, `ResetNeeded` after the episode ended or a reset raised; the model's own mistakes never raise."""
+        if self._reset_failed:
+            raise ResetNeeded("the last reset() raised; call reset() again to start an episode")
         if self.task is None:
             raise RuntimeError("call reset() before step()")
         if self._ended:
@@ -473,25 +501,50 @@ class CompactionEnv(gym.Env):
                 return True
             else:
                 try:
-                    out = self.task.call_tool(name, args)
+                    out = self._task_text(self.task.call_tool(name, args), f"call_tool({quote(name)})")
                 except ToolError as e:
                     out = json.dumps({"error": str(e)})
                     self.events.append({"turn": self.turn, "event": "tool_error", "tool": name, "error": str(e)})
                 self._append(call, _output(call, out))
         if not calls:
             reply = self.task.user_reply(texts[-1] if texts else "")
+            reply = None if reply is None else self._task_text(reply, "user_reply()", "a string or None")
             nudge = reply if reply is not None else self.config.continue_nudge
             self._append({"type": "message", "role": "user", "content": nudge})
         return False
 
-    def _score(self, answer: str) -> float:
-        """The task's score of an answer; one the checker cannot even parse (a 5000-digit number
-        hits Python's int limit) scores 0 rather than leaving the episode without an end."""
+    def _task_text(self, text: Any, method: str, wanted: str = "a string") -> str:
+        """Text a task plug-in hands the State, checked where it enters: a bad one would make every later
+        edit fail validation, so it raises `PluginError` (and `step` undoes the turn)."""
+        where = f"task family {quote(self.family.name)}: {method}"
+        if not isinstance(text, str):
+            raise PluginError(f"{where} must return {wanted}, got {type(text).__name__}")
         try:
-            return float(self.task.score(answer))
+            check_text(text, "the text")
+        except StateError as e:
+            raise PluginError(f"{where} returned invalid text: {e.rule}") from None
+        return text
+
+    def _score(self, answer: str) -> float:
+        """The task's score of an answer, a number in [0, 1]. An answer the checker cannot even parse (a
+        5000-digit number hits Python's int limit) scores 0 rather than leaving the episode without an end;
+        so does a score that is no number in [0, 1] (NaN, inf, 7.5: the family's bug), rather than
+        becoming the reward and counting as success. Both are recorded as a ``score_error`` event."""
+        try:
+            score = self.task.score(answer)
         except (ValueError, OverflowError, RecursionError) as e:
-            self.events.append({"turn": self.turn, "event": "score_error", "error": clip(str(e), 200)})
-            return 0.0
+            return self._score_error(str(e))
+        # NaN fails both comparisons; bool is accepted, as float() always did (a checker may return answer == x)
+        if not isinstance(score, numbers.Real) or not 0 <= score <= 1:
+            return self._score_error(
+                f"task family {quote(self.family.name)}: score() returned {quote(score)}; "
+                "a score must be a finite number in [0, 1]"
+            )
+        return float(score)
+
+    def _score_error(self, error: str) -> float:
+        self.events.append({"turn": self.turn, "event": "score_error", "error": clip(error, 200)})
+        return 0.0
 
     def _evolve(self, call: dict[str, Any], evolve_tokens: int, by_harness: bool = False) -> None:
         """Run one evolve call through the protocol; the receipt lands in State and history."""

@@ -154,7 +154,8 @@ class Task(ABC):
 
     @abstractmethod
     def score(self, answer: str) -> float:
-        """Score the submitted answer in [0, 1] (partial credit allowed)."""
+        """Score the submitted answer in [0, 1] (partial credit allowed). The env scores anything else
+        (NaN, inf, 7.5, a string) 0 and records a ``score_error`` event."""
 
     @abstractmethod
     def oracle(self) -> Oracle:
