@@ -123,12 +123,11 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
         check_numbers(self)
-        from trl import SFTConfig
-
         from rl_compaction.evaluation.evaluate import MODEL_STRATEGIES, split_spec
         from rl_compaction.harness.env import EnvConfig
         from rl_compaction.harness.oracle import ORACLE_STRATEGIES
         from rl_compaction.harness.tasks import Difficulty
+        from rl_compaction.training.sft import SFTConfig
         from rl_compaction.training.trainer import CompactionGRPOConfig
 
         for section in TRL_SECTIONS:

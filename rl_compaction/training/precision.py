@@ -28,3 +28,25 @@ def check_master_weights(model: Any, args: Any, use_peft: bool) -> None:
             "updates below ~1/256 of a weight round away (at lr 1e-6 most of them). Load the weights in fp32 "
             "(`dtype: float32`) and keep `bf16: true` (autocast computes in bf16), or train LoRA (`use_peft: true`)"
         )
+
+
+def bf16_supported() -> bool:
+    """Whether this machine has an accelerator that computes in bf16 (transformers' own test, looked up
+    at call time so a test can stand in for a GPU)."""
+    from transformers import training_args
+
+    return training_args.is_torch_bf16_gpu_available() or training_args.is_torch_xla_available()
+
+
+def default_bf16(args: Any) -> None:
+    """Settle `bf16` before TrainingArguments checks it. TRL's configs leave it None and then default it
+    to True, which on a machine without a bf16 GPU stopped every run that did not say `bf16: false`
+    ("Your setup doesn't support bf16/gpu"). Unset, it is now True only where a bf16 GPU exists; set to
+    true where none is (and not `use_cpu`), the error says what to do in one line."""
+    if args.bf16 is None:
+        args.bf16 = not args.fp16 and bf16_supported()
+    elif args.bf16 and not args.use_cpu and not bf16_supported():
+        raise ValueError(
+            "bf16: true needs a GPU with bf16 support and this machine has none; "
+            "drop bf16 (fp32 here), or set use_cpu: true for bf16 autocast on the CPU"
+        )

@@ -40,17 +40,28 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, interleave_datasets, load_from_disk
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from trl import ModelConfig, SFTTrainer, TrlParser, get_peft_config
+from trl import SFTConfig as TRLSFTConfig
 
 from rl_compaction.core import chat_format
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
-from rl_compaction.training.precision import check_master_weights
+from rl_compaction.training.precision import check_master_weights, default_bf16
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
 _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
+
+
+@dataclass
+class SFTConfig(TRLSFTConfig):
+    """TRL's SFTConfig with `bf16` left unset meaning fp32 where no GPU computes in bf16
+    (`rl_compaction.training.precision.default_bf16`)."""
+
+    def __post_init__(self) -> None:
+        default_bf16(self)
+        super().__post_init__()
 
 
 @dataclass

@@ -50,6 +50,7 @@ from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
 from rl_compaction.training.generation import TRLGenerationPolicy, engine_awake, mark_fsdp2_for_generation
 from rl_compaction.training.microbatch import per_row_logps, trained_rows, trim_micro_batch, unpadded_logps
+from rl_compaction.training.precision import default_bf16
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
@@ -97,6 +98,7 @@ class CompactionGRPOConfig(GRPOConfig):
         if isinstance(self.num_generations, int) and self.num_generations < 2:
             # TRL divides by it (a ZeroDivisionError for 0); a group of one has no baseline either
             raise ValueError(f"num_generations must be >= 2 (episodes per task group), got {self.num_generations}")
+        default_bf16(self)
         super().__post_init__()
         check_output_dir(self.output_dir)
         if self.loss_type not in TOKEN_LEVEL_LOSSES:
