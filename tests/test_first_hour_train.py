@@ -43,3 +43,87 @@ def test_bf16_asked_without_a_bf16_gpu_is_one_clear_line(tmp_path, capsys, no_bf
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"rl-compaction {command}: error: bf16: true needs a GPU with bf16 support"), err
     assert "use_cpu: true" in err[-1]
+
+
+# -- W&B: one project, named runs --------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """Raised in place of building the trainer: the entry point's set-up is what is checked."""
+
+
+@pytest.fixture
+def clean_wandb_env(monkeypatch, tmp_path):
+    for name in ("WANDB_PROJECT", "WANDB_MODE", "WANDB_DIR", "WANDB_API_KEY", "WANDB_RUN_ID", "WANDB_RESUME"):
+        monkeypatch.setenv(name, "x")  # so that the test's end restores the variable, whatever the code set
+        monkeypatch.delenv(name)
+
+
+def _stop_at_build(monkeypatch, module: str) -> dict:
+    import os
+
+    seen = {}
+
+    def build_trainer(*args, **kwargs):
+        config = next(a for a in args if hasattr(a, "run_name"))
+        seen.update(run_name=config.run_name, project=os.environ.get("WANDB_PROJECT"))
+        seen.update(mode=os.environ.get("WANDB_MODE"), dir=os.environ.get("WANDB_DIR"))
+        raise _Stop
+
+    monkeypatch.setattr(f"rl_compaction.training.{module}.build_trainer", build_trainer)
+    return seen
+
+
+def test_train_logs_to_the_rl_compaction_project_under_the_folder_name(tmp_path, monkeypatch, clean_wandb_env):
+    from rl_compaction.training.train import main as train_main
+
+    seen = _stop_at_build(monkeypatch, "train")
+    out = tmp_path / "my-first-run"
+    with pytest.raises(_Stop):
+        train_main(["--model_name_or_path", "tiny", "--output_dir", str(out), "--report_to", "wandb", "--use_cpu"])
+    # was: project "huggingface" (transformers' default), no name
+    assert seen == {"run_name": "my-first-run", "project": "rl-compaction", "mode": "offline", "dir": str(out)}
+
+
+def test_sft_logs_like_train_and_the_user_choices_win(tmp_path, monkeypatch, clean_wandb_env):
+    from rl_compaction.training.sft import main as sft_main
+
+    seen = _stop_at_build(monkeypatch, "sft")
+    out = tmp_path / "warm-start"
+    common = ["--dataset_dir", str(tmp_path), "--model_name_or_path", "tiny", "--report_to", "wandb", "--use_cpu"]
+    with pytest.raises(_Stop):
+        sft_main([*common, "--output_dir", str(out)])
+    assert (seen["project"], seen["run_name"], seen["mode"]) == ("rl-compaction", "warm-start", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "mine")
+    with pytest.raises(_Stop):
+        sft_main([*common, "--output_dir", str(tmp_path / "other"), "--run_name", "named"])
+    assert (seen["project"], seen["run_name"]) == ("mine", "named")
+
+
+def test_the_recipe_plots_are_logged_as_wandb_images(tmp_path, monkeypatch, clean_wandb_env):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import wandb
+
+    from rl_compaction.recipes.reproduce import log_plots_to_wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    out = tmp_path / "vault-recipe"
+    out.mkdir()
+    images = {}
+    for key in ("success_vs_cost", "learning_curve"):
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [0, 1])
+        fig.savefig(out / f"{key}.png")
+        plt.close(fig)
+        images[key] = out / f"{key}.png"
+    log_plots_to_wandb(out, images, {"family": "vault"})
+    wandb.teardown()
+    (run,) = (out / "wandb").glob("offline-run-*")
+    logged = sorted(p.name.split("_")[0] for p in run.glob("files/media/images/*.png"))
+    assert logged == ["learning", "success"], logged
+    record = next(run.glob("*.wandb")).read_bytes()
+    assert b"vault-recipe-report" in record and b"rl-compaction" in record

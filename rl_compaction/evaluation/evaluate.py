@@ -504,7 +504,8 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
 
     mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", "rl-compaction"),
+        project=os.environ.get("WANDB_PROJECT", "rl-compaction"),  # as training's (training.wandb_resume)
+        name=Path(config.output_dir).resolve().name,
         job_type="eval",
         mode=mode,
         config=asdict(config),

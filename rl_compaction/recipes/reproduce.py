@@ -47,6 +47,7 @@ from rl_compaction.models.registry import MARKER, check_model, counter_name
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
+from rl_compaction.training.wandb_resume import DEFAULT_PROJECT, finish_wandb, prepare_wandb
 
 #: The recipes the package ships (read with importlib.resources, so a wheel install has them);
 #: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.
@@ -264,6 +265,7 @@ def grpo_settings(config: ReproduceConfig, out: Path) -> dict[str, Any]:
         "compaction_threshold": config.compaction_threshold,
         "save_strategy": "no",
         "report_to": "wandb" if config.wandb else "none",
+        "run_name": f"{Path(config.output_dir).resolve().name}-grpo",  # W&B's name of the run
         "bf16": False,
         "activation_checkpointing": False,
         **config.grpo,
@@ -311,15 +313,13 @@ def run_grpo(
     from rl_compaction.training.trainer import CompactionGRPOConfig
 
     model_args = ModelConfig(model_name_or_path=str(model_dir))
-    trainer = build_trainer(CompactionGRPOConfig(**grpo_settings(config, out)), model_args, reward_fn=reward_fn)
+    args = CompactionGRPOConfig(**grpo_settings(config, out))
+    prepare_wandb(args)
+    trainer = build_trainer(args, model_args, reward_fn=reward_fn)
     trainer.train()
     trainer.save_model(str(out))
     write_model_card(trainer, out, str(model_dir))
-    if "wandb" in (trainer.args.report_to or []):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
+    finish_wandb(args)
     history = trainer.state.log_history
     (out / "log_history.json").write_text(json.dumps(history, indent=1), encoding="utf-8")
     return history
@@ -655,6 +655,22 @@ def turn_limit_warnings(config: ReproduceConfig) -> list[str]:
     return warnings
 
 
+def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any]) -> None:
+    """The plots of the recipe run in `out` as W&B images, in a run of their own (job type "report",
+    named after `out`) in the project of the recipe's GRPO and eval runs."""
+    import wandb
+
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
+        name=f"{Path(out).resolve().name}-report",
+        job_type="report",
+        dir=str(out),
+        config={"recipe": recipe},
+    )
+    run.log({key: wandb.Image(str(path)) for key, path in images.items()})
+    run.finish()
+
+
 def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
     With `resume`, a folder holding a run of the same config continues from its first unfinished
@@ -663,7 +679,8 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
     warnings = turn_limit_warnings(config)
     for line in warnings:
         _log(line)
-    os.environ.setdefault("WANDB_MODE", "offline")
+    if not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
     os.environ.setdefault("WANDB_DIR", str(out))
     if timings:
         _log(f"resuming {out}: done already: {', '.join(timings)}")
@@ -702,6 +719,8 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
     )
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
     curve = plot_learning_curve(history, out / "learning_curve.png")
+    if config.wandb:
+        log_plots_to_wandb(out, {"success_vs_cost": plot, "learning_curve": curve}, asdict(config))
     lines = [*verdict(rows, learned, sft, unlimited_name), *warnings]
     report = {
         "table": table,

@@ -49,6 +49,7 @@ from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, 
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
 from rl_compaction.training.precision import check_master_weights, default_bf16
+from rl_compaction.training.wandb_resume import finish_wandb, prepare_wandb
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
 _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
@@ -287,9 +288,11 @@ def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelC
     ``state.log_history`` holds the losses)."""
     check_output_dir(args.output_dir)
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    prepare_wandb(args)
     trainer = build_trainer(script_args, args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     save_policy_model(trainer, args.output_dir, model_args.model_name_or_path)
+    finish_wandb(args)
     if trainer.accelerator.is_main_process:
         _log(f"saved the trained model to {args.output_dir}")
     return trainer

@@ -11,7 +11,6 @@ override it. The model is any local path or a name `rl_compaction.models.registr
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from rl_compaction.training.precision import check_master_weights
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import write_model_card
 from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
-from rl_compaction.training.wandb_resume import continue_wandb_run
+from rl_compaction.training.wandb_resume import continue_wandb_run, finish_wandb, prepare_wandb
 
 
 def build_trainer(
@@ -52,23 +51,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     check_no_previous_run(args.output_dir, resume=args.resume_from_checkpoint, overwrite=args.overwrite_output_dir)
-    if "wandb" in (args.report_to or []):
-        os.environ.setdefault("WANDB_DIR", args.output_dir)  # the run's files beside its checkpoints, not in ./wandb
-        if not os.environ.get("WANDB_API_KEY"):
-            os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
-        if args.resume_from_checkpoint:
-            continue_wandb_run(args.resume_from_checkpoint)
+    if "wandb" in (args.report_to or []) and args.resume_from_checkpoint:
+        continue_wandb_run(args.resume_from_checkpoint)  # first: the checkpoint's project wins over the default
+    prepare_wandb(args)
     trainer = build_trainer(args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)  # a PEFT run saves its adapter, as TRL's scripts do
     if trainer.accelerator.is_main_process:
         write_model_card(trainer, Path(args.output_dir), model_args.model_name_or_path)
-    if "wandb" in (args.report_to or []):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-        wandb.teardown()  # a later run in this process reads its W&B settings (run id, mode) afresh
+    finish_wandb(args)
     if trainer.accelerator.is_main_process:
         print(f"saved the trained model to {args.output_dir}")
 

@@ -5,6 +5,10 @@ run starts, `continue_wandb_run` points W&B at that id (WANDB_RUN_ID, WANDB_RESU
 transformers' WandbCallback passes through `wandb.init`. Online, the run's charts continue where the
 checkpoint left them; offline, each process writes its own folder under the same id, and
 `wandb sync` uploads them in order of start time into that one run.
+
+`prepare_wandb` gives every W&B run of `train`, `sft` and `reproduce` the project evaluations log to
+("rl-compaction", unless WANDB_PROJECT says otherwise; transformers' default is "huggingface") and a name
+(the output folder's, unless `run_name` is set; transformers leaves it unnamed).
 """
 
 from __future__ import annotations
@@ -17,6 +21,22 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 RUN_FILE = "wandb_run.json"
+#: the W&B project of every run here, training and evaluation (`rl_compaction.evaluation.evaluate` too)
+DEFAULT_PROJECT = "rl-compaction"
+
+
+def prepare_wandb(args: TrainingArguments) -> None:
+    """Before a trainer reporting to W&B starts: the project (WANDB_PROJECT, default `DEFAULT_PROJECT`),
+    the run's name (`run_name`, default the output folder's name), its files beside the checkpoints
+    (WANDB_DIR, default `output_dir`) and, without an API key, offline mode (`wandb sync` later)."""
+    if "wandb" not in (args.report_to or []):
+        return
+    os.environ.setdefault("WANDB_PROJECT", DEFAULT_PROJECT)
+    os.environ.setdefault("WANDB_DIR", args.output_dir)  # not ./wandb
+    if not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+    if not args.run_name:
+        args.run_name = Path(args.output_dir).resolve().name
 
 
 class WandbRunIdCallback(TrainerCallback):
@@ -52,3 +72,15 @@ def continue_wandb_run(checkpoint: str | os.PathLike) -> str | None:
     if run.get("project"):
         os.environ.setdefault("WANDB_PROJECT", run["project"])
     return run_id
+
+
+def finish_wandb(args: TrainingArguments) -> None:
+    """After a run reporting to W&B: close its run, so a later run in this process reads its W&B settings
+    (run id, mode) afresh."""
+    if "wandb" not in (args.report_to or []):
+        return
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()
+    wandb.teardown()
