@@ -127,3 +127,44 @@ def test_the_recipe_plots_are_logged_as_wandb_images(tmp_path, monkeypatch, clea
     assert logged == ["learning", "success"], logged
     record = next(run.glob("*.wandb")).read_bytes()
     assert b"vault-recipe-report" in record and b"rl-compaction" in record
+
+
+# -- warnings: checkpointing's deprecated name, accelerate's thread count --------------------------------------
+
+
+def test_configs_put_the_checkpointing_default_on_the_new_name_without_a_warning(tmp_path, recwarn):
+    from rl_compaction.training.sft import SFTConfig
+    from rl_compaction.training.trainer import CompactionGRPOConfig
+
+    grpo = CompactionGRPOConfig(output_dir=str(tmp_path / "g"), use_cpu=True)
+    sft = SFTConfig(output_dir=str(tmp_path / "s"), use_cpu=True)
+    deprecated = [str(w.message) for w in recwarn if "deprecated" in str(w.message)]
+    assert deprecated == []  # was: "`gradient_checkpointing` is deprecated ..." for each
+    assert grpo.activation_checkpointing is True and sft.activation_checkpointing is True  # TRL's default, kept
+    off = CompactionGRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, activation_checkpointing=False)
+    assert off.activation_checkpointing is False and off.gradient_checkpointing is False
+
+
+def test_a_cpu_launch_with_checkpointing_and_saves_prints_no_warning(tmp_path):
+    """The header command of configs/train/tiny-cpu.yaml, two steps with a save each and activation
+    checkpointing on: accelerate guesses nothing and no deprecation warning is printed."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    header = (root / "configs" / "train" / "tiny-cpu.yaml").read_text().splitlines()
+    (launch,) = [line.lstrip("# ").strip() for line in header if line.startswith("#   accelerate launch")]
+    argv = shlex.split(launch)
+    argv[:2] = [sys.executable, "-m", "accelerate.commands.launch"]
+    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "2", "--save_steps", "1"]
+    argv += ["--activation_checkpointing", "true"]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTHONWARNINGS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoint-2").is_dir()
+    lines = [line for line in done.stderr.splitlines() if "Warning" in line or "warn" in line.lower()]
+    assert lines == [], lines

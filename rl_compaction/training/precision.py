@@ -50,3 +50,12 @@ def default_bf16(args: Any) -> None:
             "bf16: true needs a GPU with bf16 support and this machine has none; "
             "drop bf16 (fp32 here), or set use_cpu: true for bf16 autocast on the CPU"
         )
+
+
+def default_checkpointing(args: Any) -> None:
+    """TRL's configs default the deprecated `gradient_checkpointing` to True, so transformers (>= 5.23) warned
+    that the name is deprecated for every config built without `activation_checkpointing`, a user's or not.
+    Our configs leave `gradient_checkpointing` unset (None) and put TRL's default on the new name instead;
+    a user who sets the old name still gets transformers' warning."""
+    if getattr(args, "activation_checkpointing", False) is None and args.gradient_checkpointing is None:
+        args.activation_checkpointing = True

@@ -48,7 +48,7 @@ from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
-from rl_compaction.training.precision import check_master_weights, default_bf16
+from rl_compaction.training.precision import check_master_weights, default_bf16, default_checkpointing
 from rl_compaction.training.wandb_resume import finish_wandb, prepare_wandb
 
 #: Markers that open a turn: a rendered assistant turn must end before them, with an end-of-turn token.
@@ -57,11 +57,17 @@ _TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>")
 
 @dataclass
 class SFTConfig(TRLSFTConfig):
-    """TRL's SFTConfig with `bf16` left unset meaning fp32 where no GPU computes in bf16
-    (`rl_compaction.training.precision.default_bf16`)."""
+    """TRL's SFTConfig with `bf16` left unset meaning fp32 where no GPU computes in bf16, and its default
+    activation checkpointing under the new name (`rl_compaction.training.precision`)."""
+
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of `activation_checkpointing` (on unless either is set false)."},
+    )
 
     def __post_init__(self) -> None:
         default_bf16(self)
+        default_checkpointing(self)
         super().__post_init__()
 
 

@@ -1,6 +1,6 @@
 """GRPO training entry point, TRL style:
 
-    accelerate launch --config_file configs/accelerate/cpu.yaml \\
+    accelerate launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process 2 \\
         -m rl_compaction.training.train --config configs/train/tiny-cpu.yaml [--max_steps 2 ...]
     rl-compaction train --config configs/train/tiny-cpu.yaml
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -39,7 +41,6 @@ from accelerate.utils import gather_object
 from datasets import Dataset
 from peft import PeftModel
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
 
 from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
@@ -50,12 +51,39 @@ from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.tasks import Difficulty, family_names
 from rl_compaction.training.generation import TRLGenerationPolicy, engine_awake, mark_fsdp2_for_generation
 from rl_compaction.training.microbatch import per_row_logps, trained_rows, trim_micro_batch, unpadded_logps
-from rl_compaction.training.precision import default_bf16
+from rl_compaction.training.precision import default_bf16, default_checkpointing
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
+
+# TRL 1.16 (pinned) calls the model's deprecated `is_gradient_checkpointing`, `gradient_checkpointing_disable`
+# and `_enable` around every generation (trl.models.utils._unwrap_model_for_generation); transformers'
+# FutureWarnings about them reprinted at every step and checkpoint save. Our own code uses the new names
+# (`checkpointing_off`); a user's deprecated config field still warns (another message).
+warnings.filterwarnings(
+    "ignore",
+    message="`(is_gradient_checkpointing|gradient_checkpointing_disable|gradient_checkpointing_enable)` is deprecated",
+    category=FutureWarning,
+    module="transformers.modeling_utils",
+)
+
+
+@contextmanager
+def checkpointing_off(model: Any, kwargs: dict | None = None):
+    """Activation checkpointing off for no-grad forwards, restored after (TRL's `disable_gradient_checkpointing`
+    under transformers' new names, which do not warn)."""
+    was_on = model.is_activation_checkpointing
+    if was_on:
+        model.activation_checkpointing_disable()
+    try:
+        yield
+    finally:
+        if was_on:  # as transformers' Trainer enables it: two keys are the method's own arguments
+            kwargs = dict(kwargs or {})
+            every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+            model.activation_checkpointing_enable(kwargs or None, every_n_layers=every_n_layers, offload=offload)
 
 
 @dataclass
@@ -92,6 +120,10 @@ class CompactionGRPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Train into an output_dir holding a previous run (checkpoints, a model); else refused."},
     )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of `activation_checkpointing` (on unless either is set false)."},
+    )
 
     def __post_init__(self) -> None:
         check_numbers(self)  # before TRL's own checks, which do arithmetic on these
@@ -99,6 +131,7 @@ class CompactionGRPOConfig(GRPOConfig):
             # TRL divides by it (a ZeroDivisionError for 0); a group of one has no baseline either
             raise ValueError(f"num_generations must be >= 2 (episodes per task group), got {self.num_generations}")
         default_bf16(self)
+        default_checkpointing(self)
         super().__post_init__()
         check_output_dir(self.output_dir)
         if self.loss_type not in TOKEN_LEVEL_LOSSES:
@@ -398,7 +431,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
             self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
         )
         # TRL's own context: no gradient checkpointing for these no-grad forwards
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with torch.no_grad(), checkpointing_off(self.model, self.args.activation_checkpointing_kwargs):
             generate_every = self.args.steps_per_generation * self.num_iterations
             multiple = self.pad_to_multiple_of
             if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
