@@ -168,3 +168,24 @@ def test_a_cpu_launch_with_checkpointing_and_saves_prints_no_warning(tmp_path):
     assert (tmp_path / "run" / "checkpoint-2").is_dir()
     lines = [line for line in done.stderr.splitlines() if "Warning" in line or "warn" in line.lower()]
     assert lines == [], lines
+
+
+# -- the model card -------------------------------------------------------------------------------------------
+
+
+def test_the_card_after_a_training_run_is_the_projects_own(tmp_path, monkeypatch):
+    from rl_compaction.training.train import main as train_main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = tmp_path / "card-run"
+    train_main(
+        ["--config", str(root / "configs" / "train" / "tiny-cpu.yaml"), "--output_dir", str(out)]
+        + ["--max_steps", "1", "--save_strategy", "no"]
+    )
+    card = (out / "README.md").read_text()
+    assert card.startswith('---\nbase_model: "tiny"\nlibrary_name: transformers\n'), card[:200]
+    for text in ("Task families: probe", "window 6000 tokens", "turn limit 2", "GRPO", "rl-compaction eval --policy"):
+        assert text in card, text
+    for text in ("None", "time machine", "licence: license"):  # TRL's boilerplate
+        assert text not in card, text

@@ -251,5 +251,5 @@ def test_short_sft_run_memorises_and_saves_a_loadable_model(
     before = _completion_loss(initial, row["input_ids"], n_prompt)
     after = _completion_loss(model, row["input_ids"], n_prompt)
     assert after < 0.5 * before, (before, after)
-    card = (out / "README.md").read_text()  # TRL's card, naming the base model (it read "[None]")
-    assert "[None]" not in card and "fine-tuned version of" in card and "(a local model)" in card
+    card = (out / "README.md").read_text()  # the project's card (TRL's read "[None]"), with the demos' settings
+    assert "None" not in card and "SFT on oracle demonstrations" in card and "Task families: probe" in card

@@ -47,7 +47,7 @@ from rl_compaction.core import chat_format
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
-from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
+from rl_compaction.training.demos import SUMMARY_FILE, check_demo_row, row_observation, turn_kind
 from rl_compaction.training.precision import check_master_weights, default_bf16, default_checkpointing
 from rl_compaction.training.wandb_resume import finish_wandb, prepare_wandb
 
@@ -257,9 +257,11 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
     )
 
 
-def save_policy_model(trainer: Any, output_dir: str | Path, base_model: str | None = None) -> Path:
+def save_policy_model(
+    trainer: Any, output_dir: str | Path, base_model: str | None = None, demos_dir: str | Path | None = None
+) -> Path:
     """Save a TRL trainer's model and tokenizer as a plain model folder (a PEFT adapter merged in),
-    so eval and GRPO load it like any model, with TRL's model card naming `base_model`."""
+    so eval and GRPO load it like any model, with the project's model card (`write_model_card`)."""
     output_dir = Path(output_dir)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):  # PEFT: the policy loaders expect full weights
@@ -270,23 +272,84 @@ def save_policy_model(trainer: Any, output_dir: str | Path, base_model: str | No
     else:
         trainer.save_model(str(output_dir))
     if trainer.accelerator.is_main_process:
-        write_model_card(trainer, output_dir, base_model)
+        write_model_card(trainer, output_dir, base_model, demos_dir)
     return output_dir
 
 
-def write_model_card(trainer: Any, output_dir: Path, base_model: str | None) -> Path:
-    """TRL's model card in `output_dir`/README.md. TRL names the base model only when it is a hub id;
-    for a local folder (every start of a recipe here) its card read "a fine-tuned version of [None]"."""
-    trainer.create_model_card(model_name=output_dir.name)
-    card = Path(trainer.args.output_dir) / "README.md"
-    text = card.read_text(encoding="utf-8")
-    hub_id = base_model and not Path(base_model).expanduser().exists() and base_model.count("/") == 1
-    named = f"[{base_model}](https://huggingface.co/{base_model})" if hub_id else f"`{base_model}` (a local model)"
-    text = text.replace("[None](https://huggingface.co/None)", named if base_model else "a local model")
-    (output_dir / "README.md").write_text(text, encoding="utf-8")
-    if card.resolve() != (output_dir / "README.md").resolve():
-        card.unlink()
-    return output_dir / "README.md"
+def write_model_card(
+    trainer: Any, output_dir: Path, base_model: str | None, demos_dir: str | Path | None = None
+) -> Path:
+    """The project's model card in `output_dir`/README.md (TRL's card said `model="None"`, carried a
+    quick-start prompt about a time machine and `licence: license`): front matter (base_model,
+    library_name, tags), what the policy is, how it was trained (GRPO: task families, env and reward
+    settings; SFT: the demos' settings, read from `demos_dir`), and how to evaluate it."""
+    args = trainer.args
+    grpo = hasattr(args, "families")
+    settings: dict[str, Any] = {}
+    if grpo:
+        settings = {
+            "families": list(args.families),
+            "context_window": args.context_window,
+            "compaction_threshold": args.compaction_threshold,
+            "max_turns": args.max_turns,
+            "scale": args.difficulty_scale,
+            "level": args.difficulty_level,
+        }
+    elif demos_dir is not None and (Path(demos_dir) / SUMMARY_FILE).is_file():
+        demo = json.loads((Path(demos_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))["settings"]
+        settings = {k: demo.get(k) for k in ("families", "context_window", "compaction_threshold", "scale", "level")}
+    elif demos_dir is not None and (Path(demos_dir) / "dataset_info.json").is_file():  # rows without a summary
+        settings = {"families": sorted(set(load_from_disk(str(demos_dir))["family"]))}
+    families = settings.get("families") or ["FAMILY"]
+    base = base_model or "a local model"
+    method = "GRPO (`rl-compaction train`, TRL's GRPOTrainer)" if grpo else "SFT on oracle demonstrations"
+    tags = ["rl-compaction", "trl", "grpo" if grpo else "sft", "context-compaction"]
+    lines = [
+        "---",
+        f"base_model: {json.dumps(base)}",
+        "library_name: transformers",
+        "tags:",
+        *[f"- {t}" for t in tags],
+        "---",
+        "",
+        f"# {output_dir.name}",
+        "",
+        "A policy trained with rl-compaction: an agent that works through long tool-using",
+        "tasks inside a fixed context window and compacts its own context (evolve edits) as it goes.",
+        "",
+        f"- Base model: `{base}`",
+        f"- Training: {method}, {trainer.state.global_step} steps",
+        f"- Task families: {', '.join(families)}",
+    ]
+    if "context_window" in settings:
+        threshold = settings.get("compaction_threshold")
+        lines.append(
+            f"- Environment: window {settings.get('context_window')} tokens, compaction threshold "
+            f"{threshold if threshold is not None else 'default (75% of the window)'}"
+            + (f", turn limit {settings['max_turns']}" if "max_turns" in settings else "")
+            + f", scale {settings.get('scale')}, level {settings.get('level')}"
+        )
+    if grpo:
+        reward = ", ".join(f"{k} {v}" for k, v in vars(args.reward_config).items())
+        lines.append(f"- Reward: {reward}")
+    window = settings.get("context_window")
+    eval_flags = [f"--env {families[0]}"]
+    if window:
+        eval_flags.append(f"--context-window {window}")
+    if settings.get("scale") is not None:
+        eval_flags += [f"--scale {settings['scale']}", f"--level {settings.get('level')}"]
+    lines += [
+        "",
+        "## Evaluate",
+        "",
+        "```bash",
+        f"rl-compaction eval --policy {output_dir}@evolve {' '.join(eval_flags)} --split test --episodes 32",
+        "```",
+        "",
+    ]
+    card = output_dir / "README.md"
+    card.write_text("\n".join(lines), encoding="utf-8")
+    return card
 
 
 def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelConfig) -> SFTTrainer:
@@ -297,7 +360,7 @@ def run_sft(script_args: SFTScriptArguments, args: SFTConfig, model_args: ModelC
     prepare_wandb(args)
     trainer = build_trainer(script_args, args, model_args)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    save_policy_model(trainer, args.output_dir, model_args.model_name_or_path)
+    save_policy_model(trainer, args.output_dir, model_args.model_name_or_path, script_args.dataset_dir)
     finish_wandb(args)
     if trainer.accelerator.is_main_process:
         _log(f"saved the trained model to {args.output_dir}")
