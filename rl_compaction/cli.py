@@ -642,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         import yaml
 
         try:
-            run(argv[1:])
+            run(argv[1:], prog=f"rl-compaction {argv[0]}")
         except (ValueError, FileNotFoundError) as e:
             print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
             return 2

@@ -44,3 +44,17 @@ def test_overwrite_or_an_empty_folder_passes_the_check(tmp_path):
         check_no_previous_run(run, resume=None, overwrite=False)
     check_no_previous_run(run, resume=None, overwrite=True)
     check_no_previous_run(run, resume=str(run / "checkpoint-2"), overwrite=False)
+
+
+@pytest.mark.parametrize(("command", "first"), [("train", "--families"), ("sft", "--dataset_dir")])
+def test_help_names_the_subcommand_and_lists_the_projects_fields_first(capsys, command, first):
+    """`train --help` was 1,390 lines: a ~500-line usage line without the subcommand, then TRL's fields,
+    the project's own last."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == f"usage: rl-compaction {command} [--config FILE.yaml] [--FIELD VALUE ...]"
+    options = [line.split()[0] for line in lines if line.startswith("  --")]
+    assert options[0] == first and "--overwrite_output_dir" in options[:20]
+    assert out.index("rl-compaction:") < out.index("--output_dir")

@@ -33,6 +33,7 @@ end-of-turn token first); how many is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from datasets import Dataset, interleave_datasets, load_from_disk
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from rl_compaction.core import chat_format
-from rl_compaction.core.configs import check_numbers
+from rl_compaction.core.configs import TRL_USAGE, check_numbers, own_fields_first
 from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import check_demo_row, row_observation, turn_kind
@@ -310,8 +311,11 @@ CONFIG_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = TrlParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP, prog=prog, usage=TRL_USAGE
+    )
+    own_fields_first(parser, "rl-compaction: demonstrations", {f.name for f in dataclasses.fields(SFTScriptArguments)})
     script_args, args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     for config in (script_args, args, model_args):
         check_numbers(config)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
 
+from rl_compaction.core.configs import TRL_USAGE, own_fields_first
 from rl_compaction.core.outputs import check_no_previous_run, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.precision import check_master_weights
@@ -45,8 +47,10 @@ CONFIG_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP, prog=prog, usage=TRL_USAGE)
+    own = {f.name for f in fields(CompactionGRPOConfig)} - {f.name for f in fields(GRPOConfig)}
+    own_fields_first(parser, "rl-compaction: task families, environment and reward", own)
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
