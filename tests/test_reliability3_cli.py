@@ -1,0 +1,47 @@
+"""Faults of the third reliability round in the command line's runs: what `reproduce` says of a bad value,
+when `eval` checks its policies, resuming a moved run, old records' cost parts and two runs on one folder.
+Each was refused, misreported or accepted before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_compaction.cli import main
+
+# -- a bad `reproduce` value names its field ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"eval_episodes": 0}, "eval_episodes must be an integer >= 1, got 0"),
+        ({"demo_episodes": 2}, "demo_episodes (2) must cover one cycle"),
+        ({"demo_strategies": ["bogus"]}, "demo_strategies must be from"),
+        ({"demo_weights": [0, 1, 1]}, "demo_weights must be one integer >= 1 per strategy"),
+        ({"family": "nosuch"}, "family must name a known task family"),
+        ({"level": 9}, "level: difficulty level must be 1, 2 or 3, got 9"),
+        ({"eval_scale": -1.0}, "eval_scale: difficulty scale must be in"),
+        ({"eval_temperature": -1.0}, "eval_temperature must be a number >= 0"),
+        ({"model": "nosuch"}, "model: 'nosuch' is neither"),
+    ],
+    ids=lambda v: next(iter(v)) if isinstance(v, dict) else None,
+)
+def test_a_bad_reproduce_value_names_its_field_not_the_file(settings, words, tmp_path, capsys):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "out"), **settings}))
+    assert main(["reproduce", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert "expected a mapping" not in err and "episodes_per_family" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reproduce_file_that_is_no_mapping_is_still_named_as_such(tmp_path, capsys):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("- a\n- list\n")
+    assert main(["reproduce", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{config}: expected a mapping of ReproduceConfig fields" in err
