@@ -45,3 +45,30 @@ def test_a_reproduce_file_that_is_no_mapping_is_still_named_as_such(tmp_path, ca
     assert main(["reproduce", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"{config}: expected a mapping of ReproduceConfig fields" in err
+
+
+# -- every `eval --policy` spec is checked before any episode runs --------------------------------------------
+
+EVAL = ["--env", "probe", "--scale", "0.06", "--level", "1", "--context_window", "9000", "--episodes", "1"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("oracle@bogus", "the oracle takes strategies"),
+        ("tiny@magic", "model policies take strategies"),
+        ("no-such-model-folder", "is neither an existing model directory nor a known model name"),
+        ("openai:", "names no model"),
+        ("@evolve", "empty policy spec"),
+    ],
+)
+def test_a_bad_later_policy_spec_is_refused_before_the_first_row_runs(bad, words, tmp_path, capsys, monkeypatch):
+    import rl_compaction.evaluation.evaluate as evaluate
+
+    ran = []
+    monkeypatch.setattr(evaluate, "rollout", lambda *a, **k: ran.append(1) or pytest.fail("an episode ran"))
+    out = tmp_path / "eval"
+    assert main(["eval", *EVAL, "--policy", "oracle@none", "--policy", bad, "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err and repr(bad) in err, err
+    assert not ran and not (out / "episodes.jsonl").exists() and not (out / "metrics.json").exists()

@@ -144,6 +144,32 @@ def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
     return name, strategy or default_strategy
 
 
+def check_policy_spec(spec: str, config: EvalConfig) -> tuple[str, str]:
+    """(name, strategy) of a spec, after refusing what `make_policy` would refuse, without loading any model:
+    `run_eval` checks every spec before the first row's episodes run, not when the row's turn comes."""
+    from rl_compaction.models.registry import check_model
+
+    try:
+        name, strategy = split_spec(spec, config.strategy)
+        if name == "oracle":
+            if strategy not in ORACLE_STRATEGIES:
+                raise ValueError(f"the oracle takes strategies {', '.join(ORACLE_STRATEGIES)}; got {strategy!r}")
+            return name, strategy
+        if strategy not in MODEL_STRATEGIES:
+            raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+        kind, _, model = name.partition(":") if name.startswith(("openai:", "vllm:")) else ("", "", name)
+        if not model:
+            raise ValueError(f"{kind}: names no model")
+        if kind and config.base_url is not None and not config.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {config.base_url!r}")
+        if kind != "openai":  # a local model, or vLLM's (it reads the model's tokenizer locally)
+            check_model(model)
+    except (ValueError, FileNotFoundError) as e:
+        message = str(e) if repr(spec) in str(e) else f"policy {spec!r}: {e}"
+        raise type(e)(message) from None
+    return name, strategy
+
+
 def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | ScriptedPolicy:
     """Build the policy named by a spec."""
     if name == "oracle":
@@ -394,6 +420,7 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
 
 def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
     """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    specs = [check_policy_spec(spec, config) for spec in config.policies]  # a bad last spec fails before any row
     out = check_output_dir(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / "episodes.jsonl"
@@ -405,8 +432,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
 
     get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
-    for spec in config.policies:
-        name, strategy = split_spec(spec, config.strategy)
+    for name, strategy in specs:
         label = f"{name}@{strategy}"
         records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
         todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
