@@ -72,3 +72,35 @@ def test_a_bad_later_policy_spec_is_refused_before_the_first_row_runs(bad, words
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err and repr(bad) in err, err
     assert not ran and not (out / "episodes.jsonl").exists() and not (out / "metrics.json").exists()
+
+
+# -- a resumed eval compares the paths it recorded relative to its folder -------------------------------------
+
+
+def test_an_eval_resumes_from_another_cwd_and_after_its_run_folder_moved(tmp_path, monkeypatch):
+    """Reproduce's stage 4 evaluates RUN/grpo with RUN/grpo as its tokenizer into RUN/eval: a resume spelled
+    another way (absolute, another working directory, a moved RUN) was refused as "other settings"."""
+    import shutil
+
+    import rl_compaction.evaluation.evaluate as evaluate
+    from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
+
+    shutil.copytree(Path(evaluate.__file__).parents[1] / "weights" / "tiny-recall", tmp_path / "run" / "grpo")
+    small = dict(family="probe", scale=0.06, level=1, context_window=9000, episodes=1, max_turns=3, max_new_tokens=8)
+
+    def config(run: str) -> EvalConfig:
+        return EvalConfig(
+            policies=[f"{run}/grpo@evolve", "oracle@none"], tokenizer=f"{run}/grpo", output_dir=f"{run}/eval", **small
+        )
+
+    monkeypatch.chdir(tmp_path)
+    first = run_eval(config("run"))["metrics"]["policies"]
+    monkeypatch.setattr(evaluate, "rollout", lambda *a, **k: pytest.fail("a finished episode ran again"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = run_eval(config(str(tmp_path / "run")), resume=True)["metrics"]["policies"]
+    assert again[f"{tmp_path}/run/grpo@evolve"]["mean_cost"] == first["run/grpo@evolve"]["mean_cost"]
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    moved = run_eval(config("../moved"), resume=True)["metrics"]["policies"]
+    assert moved["../moved/grpo@evolve"]["mean_cost"] == first["run/grpo@evolve"]["mean_cost"]
+    assert len((tmp_path / "moved" / "eval" / "episodes.jsonl").read_text().splitlines()) == 2

@@ -427,15 +427,18 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
-    done = _resume(episodes_path, settings) if episodes_path.exists() else {}
+    settings["tokenizer"] = portable_path(config.tokenizer, out)
+    done = _resume(episodes_path, settings, out) if episodes_path.exists() else {}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
     get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
     for name, strategy in specs:
         label = f"{name}@{strategy}"
-        records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
-        todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
+        policy_key = f"{portable_path(name, out)}@{strategy}"  # recorded: the row a moved folder's records are
+        key = f"{policy_key}|{config.family}|{config.split}"  # as `_resume` keys them
+        records = [done[k] for s in seeds if (k := f"{key}|{s}|0") in done]
+        todo = [s for s in seeds if f"{key}|{s}|0" not in done]
         if todo:
             policy = make_policy(name, strategy, config)
             policy.name = label
@@ -449,7 +452,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                             envs,
                             batch,
                             episode_ids=[0] * len(batch),
-                            settings={**settings, "strategy": strategy},
+                            settings={**settings, "strategy": strategy, "policy_key": policy_key},
                             on_step=bar.update,
                         )
                     write_jsonl(episodes_path, new)
@@ -482,20 +485,49 @@ def _seed_sampling(seed: int) -> None:
 RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s", "vllm_engine_kwargs")
 
 
-def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
-    """The episodes already in `path`, by key, after checking they were run with `settings`
-    (else ValueError: mixing runs would make the metrics meaningless). A partial last line, left
-    by a run killed mid-write, is cut off so that the next record starts on its own line."""
+def portable_path(value: Any, out: Path, *, recorded: bool = False) -> Any:
+    """A setting or policy name that is an existing path, spelled relative to the output folder `out` when it
+    lies beside it (a reproduce run's RUN/grpo for RUN/eval), else resolved; anything else as it is. So a run
+    resumed from another working directory, with the folder spelled another way or moved, matches its records.
+    A `recorded` value (read back from a record) is looked for relative to `out` before the working directory."""
+    if not isinstance(value, str) or not value:
+        return value
+    folder = out.resolve()
+    given = Path(value).expanduser()
+    candidates = (folder / given, given) if recorded else (given, folder / given)
+    for candidate in candidates:
+        if candidate.exists():
+            path = candidate.resolve()
+            return os.path.relpath(path, folder) if path.is_relative_to(folder.parent) else str(path)
+    return value
+
+
+def _portable_key(record: EpisodeRecord, out: Path) -> str:
+    """The record's key with its policy as `portable_path` spells it (recorded as `policy_key` since)."""
+    policy = record.settings.get("policy_key")
+    if not isinstance(policy, str):  # a record written before: its policy's path as the run spelled it
+        name, _, strategy = record.policy.rpartition("@")
+        policy = f"{portable_path(name, out, recorded=True)}@{strategy}" if name else record.policy
+    return f"{policy}|{record.family}|{record.split}|{record.task_seed}|{record.episode}"
+
+
+def _resume(path: Path, settings: dict[str, Any], out: Path | None = None) -> dict[str, EpisodeRecord]:
+    """The episodes already in `path`, by key (paths in it spelled by `portable_path`), after checking they
+    were run with `settings` (else ValueError: mixing runs would make the metrics meaningless). A partial last
+    line, left by a run killed mid-write, is cut off so that the next record starts on its own line."""
+    out = path.parent if out is None else out
     done: dict[str, EpisodeRecord] = {}
     try:
         for record in read_jsonl(path):
-            done[record.key] = record
+            if "tokenizer" in record.settings:
+                record.settings["tokenizer"] = portable_path(record.settings["tokenizer"], out, recorded=True)
+            done[_portable_key(record, out)] = record
     except ValueError as e:  # read_jsonl names the file and the line
         raise ValueError(f"{e}; fix or remove it, or choose another --output-dir") from None
     for record in done.values():
         if "env" in record.settings:  # written before EvalConfig.env was renamed family
             record.settings["family"] = record.settings.pop("env")
-        keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
+        keys = (set(record.settings) | set(settings)) - {*RESUME_MAY_CHANGE, "policy_key"}
         changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
         if changed:
             diff = ", ".join(f"{k}={record.settings.get(k)!r} (now {settings.get(k)!r})" for k in changed[:4])
