@@ -104,3 +104,36 @@ def test_an_eval_resumes_from_another_cwd_and_after_its_run_folder_moved(tmp_pat
     moved = run_eval(config("../moved"), resume=True)["metrics"]["policies"]
     assert moved["../moved/grpo@evolve"]["mean_cost"] == first["run/grpo@evolve"]["mean_cost"]
     assert len((tmp_path / "moved" / "eval" / "episodes.jsonl").read_text().splitlines()) == 2
+
+
+# -- records from before the cost parts show them as unknown, not 0 -------------------------------------------
+
+
+def _old_records(n: int, cost: float, parts: bool) -> list:
+    from summaries import summary_info
+
+    from rl_compaction.harness.rollout import EpisodeRecord
+
+    records = []
+    for seed in range(n):
+        record = EpisodeRecord("oracle@evolve", "probe", "test", seed, 0, {})
+        record.info = summary_info(success=True, score=1.0, ledger={"cost": cost})
+        if not parts:
+            del record.info["ledger"]["cost_parts"]
+        records.append(record)
+    return records
+
+
+def test_records_without_cost_parts_show_them_as_unknown_not_zero():
+    from rl_compaction.accounting import COST_PARTS
+    from rl_compaction.evaluation.evaluate import format_metrics, policy_metrics
+
+    row = policy_metrics("oracle@evolve", _old_records(2, 28_614.0, parts=False))
+    assert row["mean_cost"] == 28_614.0 and row["cost_parts"] is None
+    mixed = policy_metrics("oracle@evolve", _old_records(1, 1.0, parts=False) + _old_records(1, 1.0, parts=True))
+    assert mixed["cost_parts"] is None  # parts of some episodes beside the cost of all would not add up
+    assert policy_metrics("oracle@evolve", _old_records(2, 0.0, parts=True))["cost_parts"] == dict.fromkeys(
+        COST_PARTS, 0.0
+    )
+    header, _, values = format_metrics([row]).splitlines()[:3]
+    assert values.split()[5:12] == ["28,614", *["n/a"] * 6]

@@ -281,8 +281,10 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
 
     evolve_calls = [sum(1 for row in s.ledger_rows if row["evolve_applied"] is not None) for s in summaries]
     solved = [s.ledger.cost for s in summaries if s.success]
-    # records written before the cost was split into parts have none to average
+    # records written before the cost was split into parts have none: unknown (None), not 0, unless every
+    # episode has them (parts of some episodes beside the cost of all would not add up to it)
     parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
+    known_parts = bool(parts) and len(parts) == len(ledgers)
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
@@ -296,7 +298,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         # cost says little), with its interval
         "mean_cost_solved": avg(solved) if solved else None,
         "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
-        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS},
+        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS} if known_parts else None,
         "cached_share": avg([x.cached_share for x in ledgers]),
         "peak_context": avg([x.peak_context_tokens for x in ledgers]),
         "compactions_per_episode": avg([x.compactions for x in ledgers]),
@@ -318,6 +320,11 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         if usage
         else None,
     }
+
+
+def _amount(value: float | None) -> str:
+    """A cost in the table; n/a where the records do not say (older records have no cost parts)."""
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def format_metrics(rows: list[dict[str, Any]]) -> str:
@@ -345,19 +352,19 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
-        parts = r["cost_parts"]
+        parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
         table.append(
             [
                 r["policy"],
                 f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
                 f"{r['mean_score']:.3f}",
                 f"{r['mean_cost']:,.0f}",
-                f"{parts['uncached_input']:,.0f}",
-                f"{parts['cached_input']:,.0f}",
-                f"{parts['output']:,.0f}",
-                f"{parts['cache_write']:,.0f}",
-                f"{parts['attention']:,.0f}",
-                f"{parts['kv_read']:,.0f}",
+                _amount(parts.get("uncached_input")),
+                _amount(parts.get("cached_input")),
+                _amount(parts.get("output")),
+                _amount(parts.get("cache_write")),
+                _amount(parts.get("attention")),
+                _amount(parts.get("kv_read")),
                 "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
