@@ -137,3 +137,33 @@ def test_records_without_cost_parts_show_them_as_unknown_not_zero():
     )
     header, _, values = format_metrics([row]).splitlines()[:3]
     assert values.split()[5:12] == ["28,614", *["n/a"] * 6]
+
+
+# -- one run at a time in an output folder ----------------------------------------------------------------------
+
+
+def test_a_second_eval_on_a_folder_in_use_exits_2_and_writes_nothing(tmp_path, capsys):
+    import os
+
+    from rl_compaction.core.outputs import lock_output_dir
+
+    out = tmp_path / "eval"
+    with lock_output_dir(out):  # as a first run holds it while its episodes run
+        assert main(["eval", *EVAL, "--policy", "oracle@none", "--output_dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"{out} is in use by another run (pid {os.getpid()})" in err
+        assert not (out / "episodes.jsonl").exists()
+        recipe = ["reproduce", "--output_dir", str(tmp_path / "eval")]
+        assert main(recipe) == 2 and "is in use by another run" in capsys.readouterr().err
+    assert main(["eval", *EVAL, "--policy", "oracle@none", "--output_dir", str(out)]) == 0  # released
+
+
+def test_resume_checks_the_settings_of_every_record_not_one_per_episode(tmp_path, capsys):
+    out = tmp_path / "eval"
+    argv = ["eval", *EVAL, "--policy", "oracle@none", "--output_dir", str(out)]
+    assert main(argv) == 0
+    path = out / "episodes.jsonl"
+    line = path.read_text(encoding="utf-8").splitlines()[0]
+    path.write_text(line.replace('"max_turns": 100', '"max_turns": 7') + "\n" + line + "\n", encoding="utf-8")
+    assert main([*argv, "--resume"]) == 2  # the second record of the episode hid the first's other settings
+    assert "max_turns=7" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.reports import (
     asked_share,
     format_share,
@@ -426,10 +426,17 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
 
 
 def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
-    """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    """Run every policy on the same task seeds; write episodes, metrics and the plot. One run at a time holds
+    the output folder (`lock_output_dir`): another on it fails before writing anything."""
     specs = [check_policy_spec(spec, config) for spec in config.policies]  # a bad last spec fails before any row
     out = check_output_dir(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with lock_output_dir(out):
+        return _run_eval(config, specs, out, resume=resume, use_wandb=use_wandb)
+
+
+def _run_eval(
+    config: EvalConfig, specs: list[tuple[str, str]], out: Path, *, resume: bool, use_wandb: bool
+) -> dict[str, Any]:
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
@@ -525,13 +532,13 @@ def _resume(path: Path, settings: dict[str, Any], out: Path | None = None) -> di
     out = path.parent if out is None else out
     done: dict[str, EpisodeRecord] = {}
     try:
-        for record in read_jsonl(path):
-            if "tokenizer" in record.settings:
-                record.settings["tokenizer"] = portable_path(record.settings["tokenizer"], out, recorded=True)
-            done[_portable_key(record, out)] = record
+        records = list(read_jsonl(path))
     except ValueError as e:  # read_jsonl names the file and the line
         raise ValueError(f"{e}; fix or remove it, or choose another --output-dir") from None
-    for record in done.values():
+    for record in records:  # every record, also an episode's second (two runs once wrote each episode twice)
+        if "tokenizer" in record.settings:
+            record.settings["tokenizer"] = portable_path(record.settings["tokenizer"], out, recorded=True)
+        done[_portable_key(record, out)] = record
         if "env" in record.settings:  # written before EvalConfig.env was renamed family
             record.settings["family"] = record.settings.pop("env")
         keys = (set(record.settings) | set(settings)) - {*RESUME_MAY_CHANGE, "policy_key"}

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir, write_text_atomic
+from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
@@ -497,7 +497,7 @@ def _open_output(config: ReproduceConfig, resume: bool) -> tuple[Path, dict[str,
     """The output folder, and the timings of the stages a resumed run already finished."""
     out = Path(config.output_dir)
     settings = json.loads(json.dumps(asdict(config)))  # as config.json holds it
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         if not resume:
             raise FileExistsError(
                 f"{out} is not empty; pass --resume to continue a run there with the same config, "
@@ -700,7 +700,12 @@ def turn_limit_warnings(config: ReproduceConfig) -> list[str]:
 def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
     With `resume`, a folder holding a run of the same config continues from its first unfinished
-    stage (the eval also keeps its finished episodes)."""
+    stage (the eval also keeps its finished episodes). One run at a time holds the folder (`lock_output_dir`)."""
+    with lock_output_dir(config.output_dir):
+        return _run_reproduce(config, resume)
+
+
+def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     out, timings = _open_output(config, resume)
     warnings = turn_limit_warnings(config)
     for line in warnings:
