@@ -27,7 +27,7 @@ from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.reports import (
     asked_share,
     format_share,
@@ -144,6 +144,32 @@ def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
     return name, strategy or default_strategy
 
 
+def check_policy_spec(spec: str, config: EvalConfig) -> tuple[str, str]:
+    """(name, strategy) of a spec, after refusing what `make_policy` would refuse, without loading any model:
+    `run_eval` checks every spec before the first row's episodes run, not when the row's turn comes."""
+    from rl_compaction.models.registry import check_model
+
+    try:
+        name, strategy = split_spec(spec, config.strategy)
+        if name == "oracle":
+            if strategy not in ORACLE_STRATEGIES:
+                raise ValueError(f"the oracle takes strategies {', '.join(ORACLE_STRATEGIES)}; got {strategy!r}")
+            return name, strategy
+        if strategy not in MODEL_STRATEGIES:
+            raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+        kind, _, model = name.partition(":") if name.startswith(("openai:", "vllm:")) else ("", "", name)
+        if not model:
+            raise ValueError(f"{kind}: names no model")
+        if kind and config.base_url is not None and not config.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {config.base_url!r}")
+        if kind != "openai":  # a local model, or vLLM's (it reads the model's tokenizer locally)
+            check_model(model)
+    except (ValueError, FileNotFoundError) as e:
+        message = str(e) if repr(spec) in str(e) else f"policy {spec!r}: {e}"
+        raise type(e)(message) from None
+    return name, strategy
+
+
 def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | ScriptedPolicy:
     """Build the policy named by a spec."""
     if name == "oracle":
@@ -255,8 +281,10 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
 
     evolve_calls = [sum(1 for row in s.ledger_rows if row["evolve_applied"] is not None) for s in summaries]
     solved = [s.ledger.cost for s in summaries if s.success]
-    # records written before the cost was split into parts have none to average
+    # records written before the cost was split into parts have none: unknown (None), not 0, unless every
+    # episode has them (parts of some episodes beside the cost of all would not add up to it)
     parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
+    known_parts = bool(parts) and len(parts) == len(ledgers)
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
@@ -270,7 +298,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         # cost says little), with its interval
         "mean_cost_solved": avg(solved) if solved else None,
         "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
-        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS},
+        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS} if known_parts else None,
         "cached_share": avg([x.cached_share for x in ledgers]),
         "peak_context": avg([x.peak_context_tokens for x in ledgers]),
         "compactions_per_episode": avg([x.compactions for x in ledgers]),
@@ -292,6 +320,11 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         if usage
         else None,
     }
+
+
+def _amount(value: float | None) -> str:
+    """A cost in the table; n/a where the records do not say (older records have no cost parts)."""
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def format_metrics(rows: list[dict[str, Any]]) -> str:
@@ -319,19 +352,19 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
-        parts = r["cost_parts"]
+        parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
         table.append(
             [
                 r["policy"],
                 f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
                 f"{r['mean_score']:.3f}",
                 f"{r['mean_cost']:,.0f}",
-                f"{parts['uncached_input']:,.0f}",
-                f"{parts['cached_input']:,.0f}",
-                f"{parts['output']:,.0f}",
-                f"{parts['cache_write']:,.0f}",
-                f"{parts['attention']:,.0f}",
-                f"{parts['kv_read']:,.0f}",
+                _amount(parts.get("uncached_input")),
+                _amount(parts.get("cached_input")),
+                _amount(parts.get("output")),
+                _amount(parts.get("cache_write")),
+                _amount(parts.get("attention")),
+                _amount(parts.get("kv_read")),
                 "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
@@ -393,23 +426,33 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
 
 
 def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
-    """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    """Run every policy on the same task seeds; write episodes, metrics and the plot. One run at a time holds
+    the output folder (`lock_output_dir`): another on it fails before writing anything."""
+    specs = [check_policy_spec(spec, config) for spec in config.policies]  # a bad last spec fails before any row
     out = check_output_dir(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with lock_output_dir(out):
+        return _run_eval(config, specs, out, resume=resume, use_wandb=use_wandb)
+
+
+def _run_eval(
+    config: EvalConfig, specs: list[tuple[str, str]], out: Path, *, resume: bool, use_wandb: bool
+) -> dict[str, Any]:
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
-    done = _resume(episodes_path, settings) if episodes_path.exists() else {}
+    settings["tokenizer"] = portable_path(config.tokenizer, out)
+    done = _resume(episodes_path, settings, out) if episodes_path.exists() else {}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
     get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
-    for spec in config.policies:
-        name, strategy = split_spec(spec, config.strategy)
+    for name, strategy in specs:
         label = f"{name}@{strategy}"
-        records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
-        todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
+        policy_key = f"{portable_path(name, out)}@{strategy}"  # recorded: the row a moved folder's records are
+        key = f"{policy_key}|{config.family}|{config.split}"  # as `_resume` keys them
+        records = [done[k] for s in seeds if (k := f"{key}|{s}|0") in done]
+        todo = [s for s in seeds if f"{key}|{s}|0" not in done]
         if todo:
             policy = make_policy(name, strategy, config)
             policy.name = label
@@ -423,7 +466,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                             envs,
                             batch,
                             episode_ids=[0] * len(batch),
-                            settings={**settings, "strategy": strategy},
+                            settings={**settings, "strategy": strategy, "policy_key": policy_key},
                             on_step=bar.update,
                         )
                     write_jsonl(episodes_path, new)
@@ -456,20 +499,49 @@ def _seed_sampling(seed: int) -> None:
 RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s", "vllm_engine_kwargs")
 
 
-def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
-    """The episodes already in `path`, by key, after checking they were run with `settings`
-    (else ValueError: mixing runs would make the metrics meaningless). A partial last line, left
-    by a run killed mid-write, is cut off so that the next record starts on its own line."""
+def portable_path(value: Any, out: Path, *, recorded: bool = False) -> Any:
+    """A setting or policy name that is an existing path, spelled relative to the output folder `out` when it
+    lies beside it (a reproduce run's RUN/grpo for RUN/eval), else resolved; anything else as it is. So a run
+    resumed from another working directory, with the folder spelled another way or moved, matches its records.
+    A `recorded` value (read back from a record) is looked for relative to `out` before the working directory."""
+    if not isinstance(value, str) or not value:
+        return value
+    folder = out.resolve()
+    given = Path(value).expanduser()
+    candidates = (folder / given, given) if recorded else (given, folder / given)
+    for candidate in candidates:
+        if candidate.exists():
+            path = candidate.resolve()
+            return os.path.relpath(path, folder) if path.is_relative_to(folder.parent) else str(path)
+    return value
+
+
+def _portable_key(record: EpisodeRecord, out: Path) -> str:
+    """The record's key with its policy as `portable_path` spells it (recorded as `policy_key` since)."""
+    policy = record.settings.get("policy_key")
+    if not isinstance(policy, str):  # a record written before: its policy's path as the run spelled it
+        name, _, strategy = record.policy.rpartition("@")
+        policy = f"{portable_path(name, out, recorded=True)}@{strategy}" if name else record.policy
+    return f"{policy}|{record.family}|{record.split}|{record.task_seed}|{record.episode}"
+
+
+def _resume(path: Path, settings: dict[str, Any], out: Path | None = None) -> dict[str, EpisodeRecord]:
+    """The episodes already in `path`, by key (paths in it spelled by `portable_path`), after checking they
+    were run with `settings` (else ValueError: mixing runs would make the metrics meaningless). A partial last
+    line, left by a run killed mid-write, is cut off so that the next record starts on its own line."""
+    out = path.parent if out is None else out
     done: dict[str, EpisodeRecord] = {}
     try:
-        for record in read_jsonl(path):
-            done[record.key] = record
+        records = list(read_jsonl(path))
     except ValueError as e:  # read_jsonl names the file and the line
         raise ValueError(f"{e}; fix or remove it, or choose another --output-dir") from None
-    for record in done.values():
+    for record in records:  # every record, also an episode's second (two runs once wrote each episode twice)
+        if "tokenizer" in record.settings:
+            record.settings["tokenizer"] = portable_path(record.settings["tokenizer"], out, recorded=True)
+        done[_portable_key(record, out)] = record
         if "env" in record.settings:  # written before EvalConfig.env was renamed family
             record.settings["family"] = record.settings.pop("env")
-        keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
+        keys = (set(record.settings) | set(settings)) - {*RESUME_MAY_CHANGE, "policy_key"}
         changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
         if changed:
             diff = ", ".join(f"{k}={record.settings.get(k)!r} (now {settings.get(k)!r})" for k in changed[:4])

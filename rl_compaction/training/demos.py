@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -295,27 +295,33 @@ def check_demo_settings(
     strategies: list[str],
     keep_failed: Sequence[str],
     weights: Sequence[int] | None,
+    names: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Check `write_demos`' families, strategies, `keep_failed` and weights (one ValueError naming the
-    setting), so a recipe can check them before any work; returns the weights (default one each)."""
+    setting), so a recipe can check them before any work; returns the weights (default one each). `names`
+    gives the caller's names of the settings (e.g. {"episodes_per_family": "demo_episodes"}) for its errors."""
+    name = {
+        key: (names or {}).get(key, key)
+        for key in ("families", "episodes_per_family", "strategies", "keep_failed", "weights")
+    }
     known = family_names()
     if not families or any(f not in known for f in families):
-        raise ValueError(f"families must name known task families ({', '.join(known)}), got {families}")
+        raise ValueError(f"{name['families']} must name known task families ({', '.join(known)}), got {families}")
     if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
-        raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
+        raise ValueError(f"{name['strategies']} must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
     if any(s not in strategies for s in keep_failed):
         raise ValueError(
-            f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
+            f"{name['keep_failed']} must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
         )
     if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
-        raise ValueError("families and strategies must not repeat")
+        raise ValueError(f"{name['families']} and {name['strategies']} must not repeat")
     weights = list(weights) if weights is not None else [1] * len(strategies)
     if len(weights) != len(strategies) or any(not isinstance(w, int) or w < 1 for w in weights):
-        raise ValueError(f"weights must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
+        raise ValueError(f"{name['weights']} must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
     cycle = sum(weights)
     if episodes_per_family < cycle:
         raise ValueError(
-            f"episodes_per_family ({episodes_per_family}) must cover one cycle of the strategies "
+            f"{name['episodes_per_family']} ({episodes_per_family}) must cover one cycle of the strategies "
             f"({cycle} episodes with weights {weights}), so each gets at least one"
         )
     return weights
