@@ -167,3 +167,19 @@ def test_resume_checks_the_settings_of_every_record_not_one_per_episode(tmp_path
     path.write_text(line.replace('"max_turns": 100', '"max_turns": 7') + "\n" + line + "\n", encoding="utf-8")
     assert main([*argv, "--resume"]) == 2  # the second record of the episode hid the first's other settings
     assert "max_turns=7" in capsys.readouterr().err
+
+
+def test_demos_hold_their_folder_and_a_failed_run_leaves_no_folder(tmp_path):
+    from rl_compaction.core.outputs import lock_output_dir
+    from rl_compaction.training.demos import write_demos
+
+    out = tmp_path / "demos"
+    with lock_output_dir(out), pytest.raises(ValueError, match="is in use by another run"):
+        write_demos(out, ["probe"], 1, ["evolve"], scale=0.06, level=1, context_window=6000)
+    assert not out.exists()  # created for the lock, and nothing was written: gone again
+    with pytest.raises(ValueError, match="no oracle episode succeeded"):
+        write_demos(out, ["probe"], 1, ["evolve"], scale=0.06, level=1, context_window=1000)
+    assert not out.exists()
+    with lock_output_dir(out):
+        (out / "mine.txt").write_text("kept")
+    assert (out / "mine.txt").exists()  # a folder with anything in it stays

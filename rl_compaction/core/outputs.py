@@ -59,8 +59,10 @@ def check_no_previous_run(path: str | Path, *, resume: str | None, overwrite: bo
 def lock_output_dir(path: str | Path) -> Iterator[Path]:
     """Hold `path` (created if missing) for one run: a second run on it, in this or another process, is a
     ValueError naming the holder's pid, before it writes anything. Two evals on one folder wrote every episode
-    twice. The lock (`flock` on LOCK_FILE inside) goes when the run ends, also when it is killed."""
+    twice. The lock (`flock` on LOCK_FILE inside) goes when the run ends, also when it is killed. A folder
+    created here that holds nothing else at the end (a run that failed before writing) is removed."""
     folder = Path(path).expanduser()
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -74,6 +76,9 @@ def lock_output_dir(path: str | Path) -> Iterator[Path]:
         yield folder
     finally:
         os.close(fd)  # releases the lock
+        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            (folder / LOCK_FILE).unlink()
+            folder.rmdir()
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

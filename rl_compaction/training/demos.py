@@ -44,7 +44,7 @@ from typing import Any
 from datasets import Dataset, Features, List, Value
 
 from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.render import chat_messages, chat_tools
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.core.state import State
@@ -367,60 +367,64 @@ def write_demos(
     difficulty = Difficulty(scale, level)
     counter = None if tokenizer_name_or_path is None else counter_name(tokenizer_name_or_path)
 
-    rows: list[dict[str, Any]] = []
-    stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
-    for family in families:
-        envs: dict[str, CompactionEnv] = {}
-        for k in range(episodes_per_family):
-            strategy = cycle[k % len(cycle)]
-            if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
-                config = EnvConfig(
-                    context_window=context_window,
-                    compaction_threshold=compaction_threshold,
-                    **({"tokenizer": counter} if counter else {}),
-                )
-                envs[strategy] = make_env(family, split=split, strategy=strategy, config=config, difficulty=difficulty)
-            episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
-            bar.update(1)
-            s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
-            s["episodes"] += 1
-            s["successful"] += end.success
-            if not end.success:
-                # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
-                answer = SUBMIT_TOOL["name"]
-                episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if strategy in keep_failed else []
-            if episode_rows:
-                s["rows"] += len(episode_rows)
-                s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
-                rows.extend(episode_rows)
-    bar.close()
-    if not rows:
-        raise ValueError(f"no oracle episode succeeded ({json.dumps(stats)}); raise context_window or lower scale")
+    with lock_output_dir(out_dir):  # one run at a time writes the folder
+        rows: list[dict[str, Any]] = []
+        stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+        bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
+        for family in families:
+            envs: dict[str, CompactionEnv] = {}
+            for k in range(episodes_per_family):
+                strategy = cycle[k % len(cycle)]
+                if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
+                    config = EnvConfig(
+                        context_window=context_window,
+                        compaction_threshold=compaction_threshold,
+                        **({"tokenizer": counter} if counter else {}),
+                    )
+                    envs[strategy] = make_env(
+                        family, split=split, strategy=strategy, config=config, difficulty=difficulty
+                    )
+                episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
+                bar.update(1)
+                s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
+                s["episodes"] += 1
+                s["successful"] += end.success
+                if not end.success:
+                    # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
+                    answer = SUBMIT_TOOL["name"]
+                    kept = strategy in keep_failed
+                    episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if kept else []
+                if episode_rows:
+                    s["rows"] += len(episode_rows)
+                    s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
+                    rows.extend(episode_rows)
+        bar.close()
+        if not rows:
+            raise ValueError(f"no oracle episode succeeded ({json.dumps(stats)}); raise context_window or lower scale")
 
-    dataset = Dataset.from_list(rows, features=FEATURES)
-    out = Path(out_dir)
-    dataset.save_to_disk(str(out))
-    summary = {
-        "rows": len(rows),
-        "evolve_rows": sum(r["is_evolve"] for r in rows),
-        "episodes": sum(s["episodes"] for f in stats.values() for s in f.values()),
-        "successful_episodes": sum(s["successful"] for f in stats.values() for s in f.values()),
-        "per_family": stats,
-        "settings": {
-            "families": families,
-            "episodes_per_family": episodes_per_family,
-            "strategies": strategies,
-            "weights": weights,
-            "split": split,
-            "scale": scale,
-            "level": level,
-            "context_window": context_window,
-            "compaction_threshold": compaction_threshold,
-            "tokenizer": counter or EnvConfig.tokenizer,
-            "first_seed": first_seed,
-            "keep_failed": list(keep_failed),
-        },
-    }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return dataset
+        dataset = Dataset.from_list(rows, features=FEATURES)
+        out = Path(out_dir)
+        dataset.save_to_disk(str(out))
+        summary = {
+            "rows": len(rows),
+            "evolve_rows": sum(r["is_evolve"] for r in rows),
+            "episodes": sum(s["episodes"] for f in stats.values() for s in f.values()),
+            "successful_episodes": sum(s["successful"] for f in stats.values() for s in f.values()),
+            "per_family": stats,
+            "settings": {
+                "families": families,
+                "episodes_per_family": episodes_per_family,
+                "strategies": strategies,
+                "weights": weights,
+                "split": split,
+                "scale": scale,
+                "level": level,
+                "context_window": context_window,
+                "compaction_threshold": compaction_threshold,
+                "tokenizer": counter or EnvConfig.tokenizer,
+                "first_seed": first_seed,
+                "keep_failed": list(keep_failed),
+            },
+        }
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return dataset
