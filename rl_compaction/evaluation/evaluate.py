@@ -19,8 +19,11 @@ import math
 import os
 import random
 import sys
+import textwrap
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -310,6 +313,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         if sum(evolve_calls)
         else 0.0,
         "truncated": sum(s.truncated_reason is not None for s in summaries),
+        "ended": dict(Counter(s.truncated_reason or "answer" for s in summaries)),
         "mean_turns": avg([s.turns for s in summaries]),
         "mean_wall_s": avg([r.wall_s for r in records]),
         "provider_usage": {
@@ -327,44 +331,37 @@ def _amount(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
 
+#: why episodes ended, as the table names it: an answer, or the env's `truncated_reason`
+ENDINGS = {
+    "answer": "answer",
+    "context_window": "window",
+    "max_turns": "turns",
+    "max_output_tokens": "output",
+    "max_wall_s": "time",
+}
+
+
+def format_endings(ended: dict[str, int] | None) -> str:
+    """`{"answer": 3, "max_turns": 1}` as "3 answer, 1 turns" ("-" for rows recorded without it)."""
+    if not ended:
+        return "-"
+    return ", ".join(f"{n} {ENDINGS.get(k, k)}" for k, n in sorted(ended.items(), key=lambda kv: -kv[1]))
+
+
 def format_metrics(rows: list[dict[str, Any]]) -> str:
-    header = [
-        "policy",
-        "success (95% CI)",
-        "score",
-        "cost",
-        "uncached",
-        "cached",
-        "output",
-        "write",
-        "attention",
-        "kv read",
-        "cost|solved",
-        "cache%",
-        "peak ctx",
-        "compact/ep",
-        "targeted%",
-        "select%",
-        "asked%",
-        "evolve fail",
-        "wall s/ep",
-    ]
+    """Two tables: the outcome per policy, then its cost per episode split into parts; a short legend."""
+    header = ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx"]
+    header += ["compact/ep", "targeted%", "select%", "asked%", "evolve fail", "wall s/ep"]
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
-        parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
         table.append(
             [
                 r["policy"],
                 f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
                 f"{r['mean_score']:.3f}",
+                format_endings(r.get("ended")),
                 f"{r['mean_cost']:,.0f}",
-                _amount(parts.get("uncached_input")),
-                _amount(parts.get("cached_input")),
-                _amount(parts.get("output")),
-                _amount(parts.get("cache_write")),
-                _amount(parts.get("attention")),
-                _amount(parts.get("kv_read")),
                 "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
@@ -376,16 +373,31 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['mean_wall_s']:.1f}",
             ]
         )
-    legend = (
-        "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
-        "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
-        "generated tokens reading the KV cache of the context); cost|solved = mean cost over the solved episodes only; "
-        "cache% = share of input tokens read from the cache; "
-        "targeted% = share of the model's applied edits that left exactly what the oracle's targeted edit leaves "
-        "(the cheap edit); select% = share of them that only selected items (each returned item unchanged); "
-        "asked% = share of them that answered a compaction request (the rest were made unasked)"
+    parts_table = [["policy", "cost", "= uncached", "+ cached", "+ output", "+ write", "+ attention", "+ kv read"]]
+    for r in rows:
+        parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
+        parts_table.append([r["policy"], f"{r['mean_cost']:,.0f}", *(_amount(parts.get(k)) for k in COST_PARTS)])
+    legend = [
+        "ended: why episodes ended (an answer, or the window, turn, output or time limit); cost|solved: mean cost of "
+        "the solved episodes; cache%: share of input tokens read from the cache",
+        "targeted%: the model's applied edits that left what the oracle's cheap edit leaves; select%: those that only "
+        "selected items; asked%: those that answered a compaction request",
+        "",
+        "cost per episode, in input-token equivalents (tokens x the cost preset's weights; attention: prefill tokens "
+        "attending to the context before them; kv read: generated tokens reading its KV cache)",
+    ]
+    wrap = partial(textwrap.fill, width=110, subsequent_indent="  ")
+    return "\n".join([render_table(table), *map(wrap, legend[:2]), "", wrap(legend[3]), render_table(parts_table)])
+
+
+def plot_title(config: EvalConfig, note: str = "") -> str:
+    """What every point of the plot depends on: family, split, episodes, window, turn limit, tokenizer, preset."""
+    tokenizer = f"{Path(config.tokenizer).name}/" if os.sep in config.tokenizer else config.tokenizer
+    return (
+        f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
+        f"{f' ({note})' if note else ''}, {config.max_turns} turns\n"
+        f"tokens of {tokenizer}, cost preset {config.cache_preset}"
     )
-    return render_table(table) + "\n" + legend
 
 
 def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
@@ -416,6 +428,8 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
     ax.set_xlabel("mean total cost per episode (input-token equivalents)")
     ax.set_ylabel("success rate (95% Wilson interval)")
     ax.set_ylim(-0.05, 1.05)
+    # from 0: matplotlib zoomed to the points' range (0.6% wide once), which made equal costs look far apart
+    ax.set_xlim(0, 1.08 * max([r["mean_cost"] for r in rows] + [1.0]))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
@@ -477,8 +491,7 @@ def _run_eval(
         rows.append(row)
         by_policy[label] = row
     table = format_metrics(rows)
-    title = f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
-    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", title)
+    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", plot_title(config))
     metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     if use_wandb:

@@ -41,7 +41,7 @@ import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
-from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
+from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, plot_title, run_eval
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, family_names
@@ -743,10 +743,7 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     names = {learned: "learned (GRPO)", sft: "SFT-only"}
     table_rows = [{**r, "policy": names.get(k, k)} for k, r in rows.items()]
     table = format_metrics(table_rows)
-    title = (
-        f"{config.family} test, {config.eval_episodes} episodes, window {config.context_window:,} "
-        f"(unlimited row: {config.unlimited_window:,})"
-    )
+    title = plot_title(windowed_config, note=f"unlimited row: {config.unlimited_window:,}")
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
     curve = plot_learning_curve(history, out / "learning_curve.png")
     lines = [*verdict(rows, learned, sft, unlimited_name), *warnings]
