@@ -97,11 +97,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         if not outcome.applied:
             _emit({"applied": False, "error": outcome.receipt["error"]})
             return 1
-        result = {
-            "applied": True,
-            "state": outcome.state,
-            **{k: v for k, v in outcome.receipt.items() if k != "applied"},
-        }
+        # the receipt exactly as the protocol added it to the State (its last item)
+        result = {"applied": True, "state": outcome.state, "receipt": outcome.receipt}
         new_state = outcome.state
     else:
         run = run_evolve(state, code)
@@ -114,10 +111,13 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             _emit({"applied": False, "error": f"invalid State: {e}"})
             return 1
         metrics = edit_metrics(counter, instructions, tools, state, new_state, 0)
+        # no evolve call, so no receipt: the edit's token counts alone (`cost` prices a whole edit)
         result = {
             "applied": True,
             "state": new_state,
-            **{k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost")},
+            "tokens": {
+                k: metrics[k] for k in ("before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost")
+            },
         }
     if args.out:
         try:
@@ -129,9 +129,15 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from rl_compaction.accounting import edit_metrics
+    from rl_compaction.accounting import PresetError, edit_metrics, get_cache_model
     from rl_compaction.protocol.evolve import EVOLVE_TOOL, system_message
 
+    try:
+        preset = get_cache_model(args.cache_preset)
+    except PresetError as e:
+        raise UsageError(str(e)) from None
+    if args.output_weight is None:
+        args.output_weight = preset.output_weight
     if not math.isfinite(args.output_weight) or args.output_weight < 0:
         raise UsageError(f"--output-weight must be a finite number >= 0, got {args.output_weight}")
     if args.evolve_call_tokens < 0:
@@ -525,12 +531,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("before", metavar="BEFORE.json")
     p.add_argument("after", metavar="AFTER.json")
     p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
+    p.add_argument("--cache-preset", default=None, help="cost model (configs/accounting.yaml; default: its default)")
     p.add_argument(
         "--output-weight",
         type=float,
-        default=1.0,
+        default=None,
         metavar="W",
-        help="cost of one output token in uncached input tokens (output price / input price)",
+        help="cost of one output token in uncached input tokens (output price / input price); default: the preset's",
     )
     p.add_argument(
         "--evolve-call-tokens", type=int, default=0, metavar="N", help="tokens the model generated for the evolve call"
@@ -635,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         import yaml
 
         try:
-            run(argv[1:])
+            run(argv[1:], prog=f"rl-compaction {argv[0]}")
         except (ValueError, FileNotFoundError) as e:
             print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
             return 2

@@ -53,8 +53,11 @@ def test_evolve_applied_prints_state_and_metrics(files, tmp_path):
     result = json.loads(r.stdout)
     assert result["applied"] is True
     assert result["state"] == [STATE[0]]
-    assert {"before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost"} <= set(result)
-    assert result["cache_cost"] == result["after_tokens"] - result["reusable_prefix_tokens"]
+    # no evolve call, so no receipt (the README says so): the edit's token counts under their own key
+    assert set(result) == {"applied", "state", "tokens"}
+    tokens = result["tokens"]
+    assert set(tokens) == {"before_tokens", "after_tokens", "reusable_prefix_tokens", "cache_cost"}
+    assert tokens["cache_cost"] == tokens["after_tokens"] - tokens["reusable_prefix_tokens"]
     assert json.loads(out.read_text(encoding="utf-8")) == [STATE[0]]
     assert json.loads(files["state"].read_text(encoding="utf-8")) == STATE  # input file untouched
 
@@ -65,7 +68,7 @@ def test_evolve_with_pending_call_adds_receipt(files):
     result = json.loads(r.stdout)
     assert result["state"][-2]["call_id"] == "ev9" and json.loads(result["state"][-2]["arguments"])["code"] == DROP
     receipt = json.loads(result["state"][-1]["output"])
-    assert receipt["applied"] is True and receipt["cache_cost"] == result["cache_cost"]
+    assert receipt["applied"] is True and result["receipt"] == receipt  # printed as the State holds it
 
 
 def test_evolve_rejected_exits_1_and_writes_nothing(files, tmp_path):
@@ -114,6 +117,21 @@ def test_cost_reports_the_accounting(files, tmp_path):
     assert m["cache_cost"] == m["after_tokens"] - m["reusable_prefix_tokens"]
     r2 = cli("cost", str(files["state"]), str(after), "--tokenizer", "cl100k_base")
     assert json.loads(r2.stdout)["before_tokens"] != m["before_tokens"]
+
+
+def test_cost_prices_output_as_the_default_preset_does(files, tmp_path):
+    """`cost` priced an output token at 1.0 while the default `local` preset, which eval and training use,
+    prices it at 3.2; a preset can be named."""
+    from rl_compaction.accounting import get_cache_model
+
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps(STATE[:1]), encoding="utf-8")
+    m = json.loads(cli("cost", str(files["state"]), str(after), "--evolve-call-tokens", "10").stdout)
+    assert m["output_weight"] == get_cache_model().output_weight != 1.0
+    m = json.loads(cli("cost", str(files["state"]), str(after), "--cache-preset", "openai").stdout)
+    assert m["output_weight"] == get_cache_model("openai").output_weight
+    r = cli("cost", str(files["state"]), str(after), "--cache-preset", "nope")
+    assert r.returncode == 2 and "unknown cache model preset 'nope'" in r.stderr
 
 
 def test_examples_command_passes_all_four():

@@ -44,3 +44,75 @@ def test_overwrite_or_an_empty_folder_passes_the_check(tmp_path):
         check_no_previous_run(run, resume=None, overwrite=False)
     check_no_previous_run(run, resume=None, overwrite=True)
     check_no_previous_run(run, resume=str(run / "checkpoint-2"), overwrite=False)
+
+
+@pytest.mark.parametrize(("command", "first"), [("train", "--families"), ("sft", "--dataset_dir")])
+def test_help_names_the_subcommand_and_lists_the_projects_fields_first(capsys, command, first):
+    """`train --help` was 1,390 lines: a ~500-line usage line without the subcommand, then TRL's fields,
+    the project's own last."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == f"usage: rl-compaction {command} [--config FILE.yaml] [--FIELD VALUE ...]"
+    options = [line.split()[0] for line in lines if line.startswith("  --")]
+    assert options[0] == first and "--overwrite_output_dir" in options[:20]
+    assert out.index("rl-compaction:") < out.index("--output_dir")
+
+
+# -- eval's table and plot ----------------------------------------------------------------------------------
+
+
+def test_the_eval_table_says_why_episodes_ended_and_keeps_cost_parts_apart(tmp_path):
+    """The table was ~230 characters wide with a ~700-character footnote, "cached 0" (a cost part) beside
+    "cache% 82%" (a share of tokens), and no column for why episodes ended (the oracle's 0% was its turn limit)."""
+    from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
+
+    small = {"family": "probe", "scale": 0.06, "level": 1, "context_window": 4500, "episodes": 2}
+    result = run_eval(EvalConfig(policies=["oracle@evolve"], max_turns=5, output_dir=str(tmp_path / "a"), **small))
+    outcome = result["table"].split("\n\n")[0].splitlines()
+    assert outcome[0].split()[:6] == ["policy", "success", "(95%", "CI)", "score", "ended"]
+    assert "2 turns" in outcome[2] and "cached" not in outcome[0]
+    assert max(len(line) for line in result["table"].splitlines()) <= 150
+    result = run_eval(EvalConfig(policies=["oracle@evolve"], max_turns=16, output_dir=str(tmp_path / "b"), **small))
+    assert "2 answer" in result["table"]
+
+
+def test_the_plot_starts_its_cost_axis_at_zero_and_names_its_settings(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, plot_title
+
+    seen = {}
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, **kw: seen.update(title=t))
+    real_savefig = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **kw: (seen.update(xlim=fig.axes[0].get_xlim()), real_savefig(fig, *a, **kw))[1],
+    )
+    rows = [
+        {"policy": p, "success_rate": 0.5, "success_ci95": [0.2, 0.8], "mean_cost": c}
+        for p, c in (("a", 10_000), ("b", 10_060))  # 0.6% apart: the axis zoomed to that range
+    ]
+    config = EvalConfig(policies=["oracle@evolve"], family="probe", max_turns=40, tokenizer="cl100k_base")
+    plot_success_vs_cost(rows, tmp_path / "p.png", plot_title(config))
+    assert seen["xlim"][0] == 0 and seen["xlim"][1] > 10_060
+    assert all(s in seen["title"] for s in ("40 turns", "cl100k_base", "cost preset local", "window 32,768"))
+
+
+@pytest.mark.parametrize(
+    ("command", "config"), [("train", "configs/train/tiny-cpu.yaml"), ("sft", "configs/sft/tiny-cpu.yaml")]
+)
+def test_a_folder_another_run_trains_into_is_refused(tmp_path, capsys, monkeypatch, command, config):
+    """Two trainings into one folder overwrote each other's checkpoints; the launch's other processes (RANK > 0)
+    write under the main process's lock and take none."""
+    from rl_compaction.core.outputs import lock_on_main_process, lock_output_dir
+
+    run = tmp_path / "run"
+    with lock_output_dir(run):
+        assert main([command, "--config", str(REPO / config), "--output_dir", str(run)]) == 2
+        assert f"{run} is in use by another run" in capsys.readouterr().err
+        monkeypatch.setenv("RANK", "1")
+        with lock_on_main_process(run):  # no lock of its own: it would wait on its own launch's main process
+            pass

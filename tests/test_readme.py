@@ -7,15 +7,19 @@ import argparse
 import io
 import json
 import re
+import shlex
 from contextlib import redirect_stdout
 from pathlib import Path
+
+import yaml
 
 from rl_compaction.accounting import get_counter
 from rl_compaction.cli import build_parser, main
 from rl_compaction.core.sandbox import run_evolve
 from rl_compaction.protocol.example_runner import example_dirs, run_example
 
-README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+REPO = Path(__file__).parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def blocks(language: str) -> list[str]:
@@ -77,3 +81,47 @@ def test_the_receipt_example_is_the_first_worked_examples_receipt():
     assert applied == {"applied": True, **result.metrics}
     returned_an_object = run_evolve([{"type": "message", "role": "user", "content": "x"}], "return {};")
     assert rejected == {"applied": False, "error": returned_an_object.error}
+
+
+def command_lines(block: str) -> list[list[str]]:
+    """The commands of a bash block as words: continuations joined, comments and `[optional]` words dropped."""
+    joined = block.replace("\\\n", " ")
+    lines = [shlex.split(line.split(" #")[0]) for line in joined.splitlines() if line.strip()]
+    return [[w for w in words if not w.startswith("[")] for words in lines]
+
+
+def flag(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def test_the_training_chain_hands_each_stage_its_output():
+    """GRPO started from the random `tiny` model, not from the chain's SFT output, so the chain learned nothing."""
+    block = next(b for b in blocks("bash") if "rl-compaction sft --config" in b)
+    demos, sft, grpo, evaluation = command_lines(block)
+    sft_config = yaml.safe_load((REPO / flag(sft, "--config")).read_text())
+    grpo_config = yaml.safe_load((REPO / flag(grpo, "--config")).read_text())
+    assert demos[:2] == ["rl-compaction", "demos"] and demos[2] == sft_config["dataset_dir"]
+    assert flag(grpo, "--model_name_or_path") == sft_config["output_dir"]
+    assert f"{grpo_config['output_dir']}@evolve" in evaluation
+    assert "smoke test" in README[README.index("## Training") :].split("##")[1]
+
+
+def test_every_eval_example_lets_the_oracle_finish(tmp_path, capsys):
+    """The eval example showed the oracle at 0%: `--max-turns 12` was one short of the 13 turns it needs."""
+    examples = [w for b in blocks("bash") for w in command_lines(b) if w[:2] == ["rl-compaction", "eval"]]
+    assert len(examples) >= 2
+    for i, words in enumerate(examples):
+        args, policies = [], []
+        rest = iter(words[2:])
+        for word in rest:
+            if word == "--policy":
+                policies.append(next(rest))
+            elif word == "--output-dir":
+                next(rest)
+            else:
+                args.append(word)
+        oracle = next(p for p in policies if p.startswith("oracle@"))
+        out = tmp_path / str(i)
+        assert main(["eval", "--policy", oracle, *args, "--episodes", "2", "--output-dir", str(out)]) == 0
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert [row["success_rate"] for row in metrics["policies"]] == [1.0], capsys.readouterr().out

@@ -141,8 +141,15 @@ def test_colocate_training_samples_each_step_from_the_weights_the_last_step_left
         vllm_importance_sampling_mode="token_truncate",
         vllm_max_model_length=8192,
     )
+
+    def low_ids(record, config):
+        """A reward that differs between any two samples: the task reward of a random model is the same for
+        every episode whenever each turn runs to the token limit, and then step 1 changed no weight."""
+        ids = [t for inv in record.invocations for t in inv.completion_ids]
+        return {"reward": sum(t < 1000 for t in ids) / max(1, len(ids))}
+
     trainer = CompactionGRPOTrainer(
-        model, args, processing_class=AutoTokenizer.from_pretrained(path), callbacks=[Snapshot()]
+        model, args, processing_class=AutoTokenizer.from_pretrained(path), callbacks=[Snapshot()], reward_fn=low_ids
     )
     trainer.train()
     step2 = [inv for record in trainer.last_records for inv in record.invocations]  # sampled at global step 1

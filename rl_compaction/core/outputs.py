@@ -3,9 +3,15 @@ not with a traceback after the episodes or the training it was meant to hold."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+
+#: the lock file a run holds in its output folder (`lock_output_dir`); left there, as an empty folder's only file
+LOCK_FILE = ".rl-compaction.lock"
 
 
 def check_output_dir(path: str | Path) -> Path:
@@ -47,6 +53,38 @@ def check_no_previous_run(path: str | Path, *, resume: str | None, overwrite: bo
             f"output folder {path} holds a previous run ({shown}); pass --resume_from_checkpoint true to continue "
             "it, --overwrite_output_dir true to replace it, or another --output_dir"
         )
+
+
+@contextmanager
+def lock_output_dir(path: str | Path) -> Iterator[Path]:
+    """Hold `path` (created if missing) for one run: a second run on it, in this or another process, is a
+    ValueError naming the holder's pid, before it writes anything. Two evals on one folder wrote every episode
+    twice. The lock (`flock` on LOCK_FILE inside) goes when the run ends, also when it is killed. A folder
+    created here that holds nothing else at the end (a run that failed before writing) is removed."""
+    folder = Path(path).expanduser()
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ValueError(f"{path} is in use by another run (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
+        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            (folder / LOCK_FILE).unlink()
+            folder.rmdir()
+
+
+def lock_on_main_process(path: str | Path) -> AbstractContextManager[Path]:
+    """`lock_output_dir` on a launch's main process (RANK 0, or no launcher): the other processes of a
+    distributed run write into the same folder under its lock, and must not take it themselves."""
+    return lock_output_dir(path) if int(os.environ.get("RANK", "0")) == 0 else nullcontext(Path(path))
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

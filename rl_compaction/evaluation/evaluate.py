@@ -19,15 +19,18 @@ import math
 import os
 import random
 import sys
+import textwrap
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from rl_compaction.accounting import COST_PARTS, get_cache_model
 from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.reports import (
     asked_share,
     format_share,
@@ -144,6 +147,32 @@ def split_spec(spec: str, default_strategy: str) -> tuple[str, str]:
     return name, strategy or default_strategy
 
 
+def check_policy_spec(spec: str, config: EvalConfig) -> tuple[str, str]:
+    """(name, strategy) of a spec, after refusing what `make_policy` would refuse, without loading any model:
+    `run_eval` checks every spec before the first row's episodes run, not when the row's turn comes."""
+    from rl_compaction.models.registry import check_model
+
+    try:
+        name, strategy = split_spec(spec, config.strategy)
+        if name == "oracle":
+            if strategy not in ORACLE_STRATEGIES:
+                raise ValueError(f"the oracle takes strategies {', '.join(ORACLE_STRATEGIES)}; got {strategy!r}")
+            return name, strategy
+        if strategy not in MODEL_STRATEGIES:
+            raise ValueError(f"model policies take strategies {', '.join(MODEL_STRATEGIES)}; got {strategy!r}")
+        kind, _, model = name.partition(":") if name.startswith(("openai:", "vllm:")) else ("", "", name)
+        if not model:
+            raise ValueError(f"{kind}: names no model")
+        if kind and config.base_url is not None and not config.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {config.base_url!r}")
+        if kind != "openai":  # a local model, or vLLM's (it reads the model's tokenizer locally)
+            check_model(model)
+    except (ValueError, FileNotFoundError) as e:
+        message = str(e) if repr(spec) in str(e) else f"policy {spec!r}: {e}"
+        raise type(e)(message) from None
+    return name, strategy
+
+
 def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | ScriptedPolicy:
     """Build the policy named by a spec."""
     if name == "oracle":
@@ -255,8 +284,10 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
 
     evolve_calls = [sum(1 for row in s.ledger_rows if row["evolve_applied"] is not None) for s in summaries]
     solved = [s.ledger.cost for s in summaries if s.success]
-    # records written before the cost was split into parts have none to average
+    # records written before the cost was split into parts have none: unknown (None), not 0, unless every
+    # episode has them (parts of some episodes beside the cost of all would not add up to it)
     parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
+    known_parts = bool(parts) and len(parts) == len(ledgers)
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
@@ -270,7 +301,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         # cost says little), with its interval
         "mean_cost_solved": avg(solved) if solved else None,
         "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
-        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS},
+        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS} if known_parts else None,
         "cached_share": avg([x.cached_share for x in ledgers]),
         "peak_context": avg([x.peak_context_tokens for x in ledgers]),
         "compactions_per_episode": avg([x.compactions for x in ledgers]),
@@ -282,6 +313,7 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
         if sum(evolve_calls)
         else 0.0,
         "truncated": sum(s.truncated_reason is not None for s in summaries),
+        "ended": dict(Counter(s.truncated_reason or "answer" for s in summaries)),
         "mean_turns": avg([s.turns for s in summaries]),
         "mean_wall_s": avg([r.wall_s for r in records]),
         "provider_usage": {
@@ -294,44 +326,42 @@ def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
+def _amount(value: float | None) -> str:
+    """A cost in the table; n/a where the records do not say (older records have no cost parts)."""
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+#: why episodes ended, as the table names it: an answer, or the env's `truncated_reason`
+ENDINGS = {
+    "answer": "answer",
+    "context_window": "window",
+    "max_turns": "turns",
+    "max_output_tokens": "output",
+    "max_wall_s": "time",
+}
+
+
+def format_endings(ended: dict[str, int] | None) -> str:
+    """`{"answer": 3, "max_turns": 1}` as "3 answer, 1 turns" ("-" for rows recorded without it)."""
+    if not ended:
+        return "-"
+    return ", ".join(f"{n} {ENDINGS.get(k, k)}" for k, n in sorted(ended.items(), key=lambda kv: -kv[1]))
+
+
 def format_metrics(rows: list[dict[str, Any]]) -> str:
-    header = [
-        "policy",
-        "success (95% CI)",
-        "score",
-        "cost",
-        "uncached",
-        "cached",
-        "output",
-        "write",
-        "attention",
-        "kv read",
-        "cost|solved",
-        "cache%",
-        "peak ctx",
-        "compact/ep",
-        "targeted%",
-        "select%",
-        "asked%",
-        "evolve fail",
-        "wall s/ep",
-    ]
+    """Two tables: the outcome per policy, then its cost per episode split into parts; a short legend."""
+    header = ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx"]
+    header += ["compact/ep", "targeted%", "select%", "asked%", "evolve fail", "wall s/ep"]
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
-        parts = r["cost_parts"]
         table.append(
             [
                 r["policy"],
                 f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
                 f"{r['mean_score']:.3f}",
+                format_endings(r.get("ended")),
                 f"{r['mean_cost']:,.0f}",
-                f"{parts['uncached_input']:,.0f}",
-                f"{parts['cached_input']:,.0f}",
-                f"{parts['output']:,.0f}",
-                f"{parts['cache_write']:,.0f}",
-                f"{parts['attention']:,.0f}",
-                f"{parts['kv_read']:,.0f}",
                 "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
@@ -343,16 +373,31 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['mean_wall_s']:.1f}",
             ]
         )
-    legend = (
-        "cost = uncached + cached + output + write + attention + kv read, per episode in input-token equivalents "
-        "(tokens x the preset's weights; attention: prefill tokens attending to the context before them; kv read: "
-        "generated tokens reading the KV cache of the context); cost|solved = mean cost over the solved episodes only; "
-        "cache% = share of input tokens read from the cache; "
-        "targeted% = share of the model's applied edits that left exactly what the oracle's targeted edit leaves "
-        "(the cheap edit); select% = share of them that only selected items (each returned item unchanged); "
-        "asked% = share of them that answered a compaction request (the rest were made unasked)"
+    parts_table = [["policy", "cost", "= uncached", "+ cached", "+ output", "+ write", "+ attention", "+ kv read"]]
+    for r in rows:
+        parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
+        parts_table.append([r["policy"], f"{r['mean_cost']:,.0f}", *(_amount(parts.get(k)) for k in COST_PARTS)])
+    legend = [
+        "ended: why episodes ended (an answer, or the window, turn, output or time limit); cost|solved: mean cost of "
+        "the solved episodes; cache%: share of input tokens read from the cache",
+        "targeted%: the model's applied edits that left what the oracle's cheap edit leaves; select%: those that only "
+        "selected items; asked%: those that answered a compaction request",
+        "",
+        "cost per episode, in input-token equivalents (tokens x the cost preset's weights; attention: prefill tokens "
+        "attending to the context before them; kv read: generated tokens reading its KV cache)",
+    ]
+    wrap = partial(textwrap.fill, width=110, subsequent_indent="  ")
+    return "\n".join([render_table(table), *map(wrap, legend[:2]), "", wrap(legend[3]), render_table(parts_table)])
+
+
+def plot_title(config: EvalConfig, note: str = "") -> str:
+    """What every point of the plot depends on: family, split, episodes, window, turn limit, tokenizer, preset."""
+    tokenizer = f"{Path(config.tokenizer).name}/" if os.sep in config.tokenizer else config.tokenizer
+    return (
+        f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
+        f"{f' ({note})' if note else ''}, {config.max_turns} turns\n"
+        f"tokens of {tokenizer}, cost preset {config.cache_preset}"
     )
-    return render_table(table) + "\n" + legend
 
 
 def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
@@ -383,6 +428,8 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
     ax.set_xlabel("mean total cost per episode (input-token equivalents)")
     ax.set_ylabel("success rate (95% Wilson interval)")
     ax.set_ylim(-0.05, 1.05)
+    # from 0: matplotlib zoomed to the points' range (0.6% wide once), which made equal costs look far apart
+    ax.set_xlim(0, 1.08 * max([r["mean_cost"] for r in rows] + [1.0]))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
@@ -393,23 +440,33 @@ def plot_success_vs_cost(rows: list[dict[str, Any]], path: Path, title: str) -> 
 
 
 def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = False) -> dict[str, Any]:
-    """Run every policy on the same task seeds; write episodes, metrics and the plot."""
+    """Run every policy on the same task seeds; write episodes, metrics and the plot. One run at a time holds
+    the output folder (`lock_output_dir`): another on it fails before writing anything."""
+    specs = [check_policy_spec(spec, config) for spec in config.policies]  # a bad last spec fails before any row
     out = check_output_dir(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with lock_output_dir(out):
+        return _run_eval(config, specs, out, resume=resume, use_wandb=use_wandb)
+
+
+def _run_eval(
+    config: EvalConfig, specs: list[tuple[str, str]], out: Path, *, resume: bool, use_wandb: bool
+) -> dict[str, Any]:
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
     settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
-    done = _resume(episodes_path, settings) if episodes_path.exists() else {}
+    settings["tokenizer"] = portable_path(config.tokenizer, out)
+    done = _resume(episodes_path, settings, out) if episodes_path.exists() else {}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
     get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
-    for spec in config.policies:
-        name, strategy = split_spec(spec, config.strategy)
+    for name, strategy in specs:
         label = f"{name}@{strategy}"
-        records = [done[k] for s in seeds if (k := f"{label}|{config.family}|{config.split}|{s}|0") in done]
-        todo = [s for s in seeds if f"{label}|{config.family}|{config.split}|{s}|0" not in done]
+        policy_key = f"{portable_path(name, out)}@{strategy}"  # recorded: the row a moved folder's records are
+        key = f"{policy_key}|{config.family}|{config.split}"  # as `_resume` keys them
+        records = [done[k] for s in seeds if (k := f"{key}|{s}|0") in done]
+        todo = [s for s in seeds if f"{key}|{s}|0" not in done]
         if todo:
             policy = make_policy(name, strategy, config)
             policy.name = label
@@ -423,7 +480,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
                             envs,
                             batch,
                             episode_ids=[0] * len(batch),
-                            settings={**settings, "strategy": strategy},
+                            settings={**settings, "strategy": strategy, "policy_key": policy_key},
                             on_step=bar.update,
                         )
                     write_jsonl(episodes_path, new)
@@ -434,8 +491,7 @@ def run_eval(config: EvalConfig, *, resume: bool = False, use_wandb: bool = Fals
         rows.append(row)
         by_policy[label] = row
     table = format_metrics(rows)
-    title = f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
-    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", title)
+    plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", plot_title(config))
     metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     if use_wandb:
@@ -456,20 +512,49 @@ def _seed_sampling(seed: int) -> None:
 RESUME_MAY_CHANGE = ("episodes", "seed_start", "batch_size", "strategy", "request_timeout_s", "vllm_engine_kwargs")
 
 
-def _resume(path: Path, settings: dict[str, Any]) -> dict[str, EpisodeRecord]:
-    """The episodes already in `path`, by key, after checking they were run with `settings`
-    (else ValueError: mixing runs would make the metrics meaningless). A partial last line, left
-    by a run killed mid-write, is cut off so that the next record starts on its own line."""
+def portable_path(value: Any, out: Path, *, recorded: bool = False) -> Any:
+    """A setting or policy name that is an existing path, spelled relative to the output folder `out` when it
+    lies beside it (a reproduce run's RUN/grpo for RUN/eval), else resolved; anything else as it is. So a run
+    resumed from another working directory, with the folder spelled another way or moved, matches its records.
+    A `recorded` value (read back from a record) is looked for relative to `out` before the working directory."""
+    if not isinstance(value, str) or not value:
+        return value
+    folder = out.resolve()
+    given = Path(value).expanduser()
+    candidates = (folder / given, given) if recorded else (given, folder / given)
+    for candidate in candidates:
+        if candidate.exists():
+            path = candidate.resolve()
+            return os.path.relpath(path, folder) if path.is_relative_to(folder.parent) else str(path)
+    return value
+
+
+def _portable_key(record: EpisodeRecord, out: Path) -> str:
+    """The record's key with its policy as `portable_path` spells it (recorded as `policy_key` since)."""
+    policy = record.settings.get("policy_key")
+    if not isinstance(policy, str):  # a record written before: its policy's path as the run spelled it
+        name, _, strategy = record.policy.rpartition("@")
+        policy = f"{portable_path(name, out, recorded=True)}@{strategy}" if name else record.policy
+    return f"{policy}|{record.family}|{record.split}|{record.task_seed}|{record.episode}"
+
+
+def _resume(path: Path, settings: dict[str, Any], out: Path | None = None) -> dict[str, EpisodeRecord]:
+    """The episodes already in `path`, by key (paths in it spelled by `portable_path`), after checking they
+    were run with `settings` (else ValueError: mixing runs would make the metrics meaningless). A partial last
+    line, left by a run killed mid-write, is cut off so that the next record starts on its own line."""
+    out = path.parent if out is None else out
     done: dict[str, EpisodeRecord] = {}
     try:
-        for record in read_jsonl(path):
-            done[record.key] = record
+        records = list(read_jsonl(path))
     except ValueError as e:  # read_jsonl names the file and the line
         raise ValueError(f"{e}; fix or remove it, or choose another --output-dir") from None
-    for record in done.values():
+    for record in records:  # every record, also an episode's second (two runs once wrote each episode twice)
+        if "tokenizer" in record.settings:
+            record.settings["tokenizer"] = portable_path(record.settings["tokenizer"], out, recorded=True)
+        done[_portable_key(record, out)] = record
         if "env" in record.settings:  # written before EvalConfig.env was renamed family
             record.settings["family"] = record.settings.pop("env")
-        keys = (set(record.settings) | set(settings)) - set(RESUME_MAY_CHANGE)
+        keys = (set(record.settings) | set(settings)) - {*RESUME_MAY_CHANGE, "policy_key"}
         changed = sorted(k for k in keys if record.settings.get(k) != settings.get(k))
         if changed:
             diff = ", ".join(f"{k}={record.settings.get(k)!r} (now {settings.get(k)!r})" for k in changed[:4])

@@ -30,6 +30,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -38,11 +40,11 @@ from typing import Any
 import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
-from rl_compaction.core.outputs import check_output_dir, write_text_atomic
-from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, run_eval
+from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
+from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, plot_title, run_eval
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
-from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty
+from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, family_names
 from rl_compaction.models.registry import MARKER, check_model, counter_name
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
@@ -57,6 +59,27 @@ RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
 #: the fields that hold TRL config overrides: a mapping in YAML, a JSON object on the command line (typed
 #: `dict | str | None`, as TRL types its own dict fields, so that TrlParser reads the flag as a string)
 TRL_SECTIONS = ("sft", "sft_answers", "grpo")
+
+
+#: `check_demo_settings`' names of the settings, as this recipe's fields call them
+DEMO_SETTING_NAMES = {
+    "families": "family",
+    "episodes_per_family": "demo_episodes",
+    "strategies": "demo_strategies",
+    "weights": "demo_weights",
+}
+
+#: the fields handed to stage 4's EvalConfig under their own names less the `eval_` prefix
+EVAL_FIELDS = ("eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_temperature", "eval_batch_size")
+
+
+@contextmanager
+def _naming(field: str) -> Iterator[None]:
+    """Prefix a ValueError raised inside with the field whose value it refused ("level: ...")."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
 
 
 @dataclass
@@ -137,16 +160,27 @@ class ReproduceConfig:
             self, ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size")
         )
         check_counts(self, ("unlimited_window",))
-        for scale in (self.scale, self.eval_scale if self.eval_scale is not None else self.scale):
+        with _naming("level"):
+            Difficulty(scale=1.0, level=self.level)
+        for name in ("scale", "eval_scale"):
+            scale = getattr(self, name) if name == "scale" or self.eval_scale is not None else self.scale
             if not isinstance(scale, (int, float)) or not math.isfinite(scale):
-                raise ValueError(f"scale must be a finite number, got {scale!r}")
-            Difficulty(scale=scale, level=self.level)
+                raise ValueError(f"{name} must be a finite number, got {scale!r}")
+            with _naming(name):
+                Difficulty(scale=scale, level=self.level)
         EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
         check_output_dir(self.output_dir)
         if self.warm_start is not None and not (Path(self.warm_start) / "config.json").is_file():
             raise ValueError(f"warm_start {self.warm_start!r} is not a model folder (no config.json there)")
+        if self.family not in family_names():
+            raise ValueError(f"family must name a known task family ({', '.join(family_names())}), got {self.family!r}")
         check_demo_settings(
-            [self.family], self.demo_episodes, self.demo_strategies, self.keep_failed, self.demo_weights
+            [self.family],
+            self.demo_episodes,
+            self.demo_strategies,
+            self.keep_failed,
+            self.demo_weights,
+            names=DEMO_SETTING_NAMES,
         )
         for spec in self.baselines:
             name, strategy = split_spec(spec, "evolve")
@@ -166,9 +200,14 @@ class ReproduceConfig:
             CompactionGRPOConfig(**grpo_settings(self, out / "grpo"))
         except ValueError as e:
             raise ValueError(f"grpo: {e}") from None
-        eval_configs(self, out, self.baselines or ["oracle@none"])
+        try:
+            eval_configs(self, out, self.baselines or ["oracle@none"])
+        except ValueError as e:  # EvalConfig names its own fields: `temperature` is this config's `eval_temperature`
+            field, _, rest = str(e).partition(" ")
+            raise ValueError(f"eval_{field} {rest}" if f"eval_{field}" in EVAL_FIELDS else str(e)) from None
         if self.warm_start is None:
-            check_model(self.model)
+            with _naming("model"):
+                check_model(self.model)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> ReproduceConfig:
@@ -235,8 +274,10 @@ def parse_reproduce_args(argv: list[str]) -> tuple[ReproduceConfig, bool]:
         )
     except yaml.YAMLError as e:
         raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
-    except ValueError as e:  # TRL's words for a file that is no mapping
-        raise ValueError(f"{path}: expected a mapping of ReproduceConfig fields ({e})") from None
+    except ValueError as e:  # TRL's words for a file that is no mapping, or a bad value's own (names its field)
+        if "must contain a YAML mapping" in str(e) or "`env` field" in str(e):
+            raise ValueError(f"{path}: expected a mapping of ReproduceConfig fields ({e})") from None
+        raise
     unknown = [key.removeprefix("--") for key in from_file[::2]]
     if unknown:
         valid = ", ".join(sorted(f.name for f in fields(ReproduceConfig)))
@@ -455,7 +496,7 @@ def _open_output(config: ReproduceConfig, resume: bool) -> tuple[Path, dict[str,
     """The output folder, and the timings of the stages a resumed run already finished."""
     out = Path(config.output_dir)
     settings = json.loads(json.dumps(asdict(config)))  # as config.json holds it
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         if not resume:
             raise FileExistsError(
                 f"{out} is not empty; pass --resume to continue a run there with the same config, "
@@ -674,7 +715,12 @@ def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any
 def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run the five stages into `config.output_dir`; returns the table, verdict, paths and timings.
     With `resume`, a folder holding a run of the same config continues from its first unfinished
-    stage (the eval also keeps its finished episodes)."""
+    stage (the eval also keeps its finished episodes). One run at a time holds the folder (`lock_output_dir`)."""
+    with lock_output_dir(config.output_dir):
+        return _run_reproduce(config, resume)
+
+
+def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     out, timings = _open_output(config, resume)
     warnings = turn_limit_warnings(config)
     for line in warnings:
@@ -713,10 +759,7 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
     names = {learned: "learned (GRPO)", sft: "SFT-only"}
     table_rows = [{**r, "policy": names.get(k, k)} for k, r in rows.items()]
     table = format_metrics(table_rows)
-    title = (
-        f"{config.family} test, {config.eval_episodes} episodes, window {config.context_window:,} "
-        f"(unlimited row: {config.unlimited_window:,})"
-    )
+    title = plot_title(windowed_config, note=f"unlimited row: {config.unlimited_window:,}")
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
     curve = plot_learning_curve(history, out / "learning_curve.png")
     if config.wandb:

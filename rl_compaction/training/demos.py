@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, Features, List, Value
 
 from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW
-from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.render import chat_messages, chat_tools
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.core.state import State
@@ -295,27 +295,33 @@ def check_demo_settings(
     strategies: list[str],
     keep_failed: Sequence[str],
     weights: Sequence[int] | None,
+    names: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Check `write_demos`' families, strategies, `keep_failed` and weights (one ValueError naming the
-    setting), so a recipe can check them before any work; returns the weights (default one each)."""
+    setting), so a recipe can check them before any work; returns the weights (default one each). `names`
+    gives the caller's names of the settings (e.g. {"episodes_per_family": "demo_episodes"}) for its errors."""
+    name = {
+        key: (names or {}).get(key, key)
+        for key in ("families", "episodes_per_family", "strategies", "keep_failed", "weights")
+    }
     known = family_names()
     if not families or any(f not in known for f in families):
-        raise ValueError(f"families must name known task families ({', '.join(known)}), got {families}")
+        raise ValueError(f"{name['families']} must name known task families ({', '.join(known)}), got {families}")
     if not strategies or any(s not in ORACLE_STRATEGIES for s in strategies):
-        raise ValueError(f"strategies must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
+        raise ValueError(f"{name['strategies']} must be from {', '.join(ORACLE_STRATEGIES)}, got {strategies}")
     if any(s not in strategies for s in keep_failed):
         raise ValueError(
-            f"keep_failed must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
+            f"{name['keep_failed']} must name strategies of this run ({', '.join(strategies)}), got {list(keep_failed)}"
         )
     if len(set(strategies)) != len(strategies) or len(set(families)) != len(families):
-        raise ValueError("families and strategies must not repeat")
+        raise ValueError(f"{name['families']} and {name['strategies']} must not repeat")
     weights = list(weights) if weights is not None else [1] * len(strategies)
     if len(weights) != len(strategies) or any(not isinstance(w, int) or w < 1 for w in weights):
-        raise ValueError(f"weights must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
+        raise ValueError(f"{name['weights']} must be one integer >= 1 per strategy ({len(strategies)}), got {weights}")
     cycle = sum(weights)
     if episodes_per_family < cycle:
         raise ValueError(
-            f"episodes_per_family ({episodes_per_family}) must cover one cycle of the strategies "
+            f"{name['episodes_per_family']} ({episodes_per_family}) must cover one cycle of the strategies "
             f"({cycle} episodes with weights {weights}), so each gets at least one"
         )
     return weights
@@ -361,60 +367,64 @@ def write_demos(
     difficulty = Difficulty(scale, level)
     counter = None if tokenizer_name_or_path is None else counter_name(tokenizer_name_or_path)
 
-    rows: list[dict[str, Any]] = []
-    stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
-    for family in families:
-        envs: dict[str, CompactionEnv] = {}
-        for k in range(episodes_per_family):
-            strategy = cycle[k % len(cycle)]
-            if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
-                config = EnvConfig(
-                    context_window=context_window,
-                    compaction_threshold=compaction_threshold,
-                    **({"tokenizer": counter} if counter else {}),
-                )
-                envs[strategy] = make_env(family, split=split, strategy=strategy, config=config, difficulty=difficulty)
-            episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
-            bar.update(1)
-            s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
-            s["episodes"] += 1
-            s["successful"] += end.success
-            if not end.success:
-                # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
-                answer = SUBMIT_TOOL["name"]
-                episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if strategy in keep_failed else []
-            if episode_rows:
-                s["rows"] += len(episode_rows)
-                s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
-                rows.extend(episode_rows)
-    bar.close()
-    if not rows:
-        raise ValueError(f"no oracle episode succeeded ({json.dumps(stats)}); raise context_window or lower scale")
+    with lock_output_dir(out_dir):  # one run at a time writes the folder
+        rows: list[dict[str, Any]] = []
+        stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+        bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
+        for family in families:
+            envs: dict[str, CompactionEnv] = {}
+            for k in range(episodes_per_family):
+                strategy = cycle[k % len(cycle)]
+                if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
+                    config = EnvConfig(
+                        context_window=context_window,
+                        compaction_threshold=compaction_threshold,
+                        **({"tokenizer": counter} if counter else {}),
+                    )
+                    envs[strategy] = make_env(
+                        family, split=split, strategy=strategy, config=config, difficulty=difficulty
+                    )
+                episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
+                bar.update(1)
+                s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
+                s["episodes"] += 1
+                s["successful"] += end.success
+                if not end.success:
+                    # a failed episode's answer is wrong: keep its edits, never the answer (module docstring)
+                    answer = SUBMIT_TOOL["name"]
+                    kept = strategy in keep_failed
+                    episode_rows = [r for r in episode_rows if turn_kind(r) != answer] if kept else []
+                if episode_rows:
+                    s["rows"] += len(episode_rows)
+                    s["evolve_rows"] += sum(r["is_evolve"] for r in episode_rows)
+                    rows.extend(episode_rows)
+        bar.close()
+        if not rows:
+            raise ValueError(f"no oracle episode succeeded ({json.dumps(stats)}); raise context_window or lower scale")
 
-    dataset = Dataset.from_list(rows, features=FEATURES)
-    out = Path(out_dir)
-    dataset.save_to_disk(str(out))
-    summary = {
-        "rows": len(rows),
-        "evolve_rows": sum(r["is_evolve"] for r in rows),
-        "episodes": sum(s["episodes"] for f in stats.values() for s in f.values()),
-        "successful_episodes": sum(s["successful"] for f in stats.values() for s in f.values()),
-        "per_family": stats,
-        "settings": {
-            "families": families,
-            "episodes_per_family": episodes_per_family,
-            "strategies": strategies,
-            "weights": weights,
-            "split": split,
-            "scale": scale,
-            "level": level,
-            "context_window": context_window,
-            "compaction_threshold": compaction_threshold,
-            "tokenizer": counter or EnvConfig.tokenizer,
-            "first_seed": first_seed,
-            "keep_failed": list(keep_failed),
-        },
-    }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return dataset
+        dataset = Dataset.from_list(rows, features=FEATURES)
+        out = Path(out_dir)
+        dataset.save_to_disk(str(out))
+        summary = {
+            "rows": len(rows),
+            "evolve_rows": sum(r["is_evolve"] for r in rows),
+            "episodes": sum(s["episodes"] for f in stats.values() for s in f.values()),
+            "successful_episodes": sum(s["successful"] for f in stats.values() for s in f.values()),
+            "per_family": stats,
+            "settings": {
+                "families": families,
+                "episodes_per_family": episodes_per_family,
+                "strategies": strategies,
+                "weights": weights,
+                "split": split,
+                "scale": scale,
+                "level": level,
+                "context_window": context_window,
+                "compaction_threshold": compaction_threshold,
+                "tokenizer": counter or EnvConfig.tokenizer,
+                "first_seed": first_seed,
+                "keep_failed": list(keep_failed),
+            },
+        }
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return dataset

@@ -33,6 +33,7 @@ end-of-turn token first); how many is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -44,8 +45,8 @@ from trl import ModelConfig, SFTTrainer, TrlParser, get_peft_config
 from trl import SFTConfig as TRLSFTConfig
 
 from rl_compaction.core import chat_format
-from rl_compaction.core.configs import check_numbers
-from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, resolve_resume
+from rl_compaction.core.configs import TRL_USAGE, check_numbers, own_fields_first
+from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, lock_on_main_process, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.demos import SUMMARY_FILE, check_demo_row, row_observation, turn_kind
 from rl_compaction.training.precision import check_master_weights, default_bf16, default_checkpointing
@@ -393,8 +394,11 @@ CONFIG_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = TrlParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig), description=CONFIG_HELP, prog=prog, usage=TRL_USAGE
+    )
+    own_fields_first(parser, "rl-compaction: demonstrations", {f.name for f in dataclasses.fields(SFTScriptArguments)})
     script_args, args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     for config in (script_args, args, model_args):
         check_numbers(config)
@@ -402,7 +406,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     check_no_previous_run(args.output_dir, resume=resume, overwrite=script_args.overwrite_output_dir)
-    run_sft(script_args, args, model_args)
+    check_output_dir(args.output_dir)
+    with lock_on_main_process(args.output_dir):  # one run at a time trains into the folder
+        run_sft(script_args, args, model_args)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ override it. The model is any local path or a name `rl_compaction.models.registr
 from __future__ import annotations
 
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
 
-from rl_compaction.core.outputs import check_no_previous_run, resolve_resume
+from rl_compaction.core.configs import TRL_USAGE, own_fields_first
+from rl_compaction.core.outputs import check_no_previous_run, lock_on_main_process, resolve_resume
 from rl_compaction.models.registry import load_pretrained
 from rl_compaction.training.precision import check_master_weights
 from rl_compaction.training.reward import RewardFn
@@ -44,24 +46,27 @@ CONFIG_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = TrlParser((CompactionGRPOConfig, ModelConfig), description=CONFIG_HELP, prog=prog, usage=TRL_USAGE)
+    own = {f.name for f in fields(CompactionGRPOConfig)} - {f.name for f in fields(GRPOConfig)}
+    own_fields_first(parser, "rl-compaction: task families, environment and reward", own)
     args, model_args = parser.parse_args_and_config(argv if argv is not None else sys.argv[1:])
     if model_args.model_name_or_path is None:
         parser.error("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     args.resume_from_checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     check_no_previous_run(args.output_dir, resume=args.resume_from_checkpoint, overwrite=args.overwrite_output_dir)
-    if "wandb" in (args.report_to or []) and args.resume_from_checkpoint:
-        continue_wandb_run(args.resume_from_checkpoint)  # first: the checkpoint's project wins over the default
-    prepare_wandb(args)
-    trainer = build_trainer(args, model_args)
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    trainer.save_model(args.output_dir)  # a PEFT run saves its adapter, as TRL's scripts do
-    if trainer.accelerator.is_main_process:
-        write_model_card(trainer, Path(args.output_dir), model_args.model_name_or_path)
-    finish_wandb(args)
-    if trainer.accelerator.is_main_process:
-        print(f"saved the trained model to {args.output_dir}")
+    with lock_on_main_process(args.output_dir):  # one run at a time trains into the folder
+        if "wandb" in (args.report_to or []) and args.resume_from_checkpoint:
+            continue_wandb_run(args.resume_from_checkpoint)  # first: the checkpoint's project wins over the default
+        prepare_wandb(args)
+        trainer = build_trainer(args, model_args)
+        trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+        trainer.save_model(args.output_dir)  # a PEFT run saves its adapter, as TRL's scripts do
+        if trainer.accelerator.is_main_process:
+            write_model_card(trainer, Path(args.output_dir), model_args.model_name_or_path)
+        finish_wandb(args)
+        if trainer.accelerator.is_main_process:
+            print(f"saved the trained model to {args.output_dir}")
 
 
 if __name__ == "__main__":
