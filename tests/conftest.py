@@ -1,6 +1,12 @@
-"""Prerequisites that are not Python packages. ScienceWorld's simulator runs on Java 8+: without `java`
-on PATH its tests are skipped with that reason (they failed, and one crashed pytest), except the ones
-marked `without_java`, which check the error a user without Java gets."""
+"""Test tiers and prerequisites that are not Python packages.
+
+Tiers (markers): `learning` (GRPO runs whose figures are the point, minutes each), `scienceworld` (the Java
+simulator), `vllm` (vLLM's CPU build, in its own environment) and `slow` (over ~4 s here, which all three
+imply). `pytest -m "not slow" -n 2` is the fast tier a developer runs; CI runs everything.
+
+ScienceWorld's simulator runs on Java 8+: without `java` on PATH its tests are skipped with that reason
+(they failed, and one crashed pytest), except the ones marked `without_java`, which check the error a user
+without Java gets."""
 
 from __future__ import annotations
 
@@ -9,16 +15,28 @@ import shutil
 import pytest
 
 JAVA_REASON = "ScienceWorld's simulator needs Java 8+ on PATH (e.g. apt install openjdk-17-jre-headless)"
+MARKERS = {
+    "slow": "over ~4 s on 2 cores; deselect with -m 'not slow' for the fast tier",
+    "learning": "a GRPO run whose learning figures are checked (minutes); implies slow",
+    "scienceworld": "needs ScienceWorld's Java simulator; implies slow",
+    "vllm": "needs vLLM's CPU build (README: vLLM on CPU); implies slow",
+    "without_java": "a ScienceWorld test that runs whether or not Java is there",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "without_java: a ScienceWorld test that runs whether or not Java is there")
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if shutil.which("java") is not None:
-        return
-    skip = pytest.mark.skip(reason=JAVA_REASON)
+    no_java = shutil.which("java") is None
     for item in items:
         if "scienceworld" in item.nodeid and item.get_closest_marker("without_java") is None:
-            item.add_marker(skip)
+            item.add_marker(pytest.mark.scienceworld)
+            if no_java:
+                item.add_marker(pytest.mark.skip(reason=JAVA_REASON))
+        if item.path.name == "test_vllm.py":
+            item.add_marker(pytest.mark.vllm)
+        if any(item.get_closest_marker(m) for m in ("learning", "scienceworld", "vllm")):
+            item.add_marker(pytest.mark.slow)

@@ -181,6 +181,7 @@ def test_envs_oracle_table():
     assert "100% [" in rows["none"]
 
 
+@pytest.mark.slow
 def test_envs_oracle_all_skips_the_edits_a_family_does_not_have():
     """`--strategy all` crashed with a traceback on the first demonstration edit a family's oracle lacks
     (probe has no summary, early or recent edit); asked for by name, such an edit is a usage error."""

@@ -52,6 +52,7 @@ def test_resume_skips_a_truncated_last_line(tmp_path: Path):
     assert [r.key for r in read_jsonl(path)] == [records[0].key]
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_is_written(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -281,6 +282,7 @@ def test_a_folder_written_before_env_became_family_still_resumes(tmp_path: Path)
     assert len(path.read_text().splitlines()) == 2  # the old episode kept, one new one run
 
 
+@pytest.mark.slow
 def test_a_model_row_samples_the_same_episodes_whatever_rows_ran_before_it(tmp_path: Path):
     """Each batch's sampling is seeded (sampling_seed + its first task seed), so a row does not depend
     on the rows run before it, and a checkpoint compared with its warm start is compared fairly."""

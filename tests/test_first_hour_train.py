@@ -145,6 +145,7 @@ def test_configs_put_the_checkpointing_default_on_the_new_name_without_a_warning
     assert off.activation_checkpointing is False and off.gradient_checkpointing is False
 
 
+@pytest.mark.slow
 def test_a_cpu_launch_with_checkpointing_and_saves_prints_no_warning(tmp_path):
     """The header command of configs/train/tiny-cpu.yaml, two steps with a save each and activation
     checkpointing on: accelerate guesses nothing and no deprecation warning is printed."""

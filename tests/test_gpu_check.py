@@ -51,6 +51,7 @@ def test_the_report_goes_under_the_ignored_runs_folder_by_default(tmp_path):
     assert json.loads(out.read_text()) == {"dry_run": True}
 
 
+@pytest.mark.slow
 def test_dry_run_writes_every_promised_figure(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "PYTHON": sys.executable}

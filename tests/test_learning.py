@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import rl_compaction_envs.vault.family as vault
 import torch
 from learning_starts import COST_TASK, STARTS, TASK  # tests/ is on sys.path under pytest
@@ -149,6 +150,7 @@ def reward_negated(record: EpisodeRecord, config: RewardConfig) -> dict[str, flo
     return {name: -value for name, value in record_reward(record, config).items()}
 
 
+@pytest.mark.learning
 def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
     def say(message: str) -> None:  # this test runs for minutes: show where it is, even when captured
         with capsys.disabled():
@@ -210,6 +212,7 @@ def cost_flipped(record: EpisodeRecord, config: RewardConfig) -> dict[str, float
     return {**terms, "reward": terms["reward"] - 2 * terms["cost"], "cost": -terms["cost"]}
 
 
+@pytest.mark.learning
 def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, capsys):
     def say(message: str) -> None:
         with capsys.disabled():

@@ -87,6 +87,7 @@ def _assert_output_items(items: list) -> None:
 # --------------------------------------------------------------------------- real server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", APIS)
 def test_turn_from_real_server_steps_the_env(server, api):
     env = gym.make("rl_compaction/probe-v0", split="test", difficulty=Difficulty(scale=0.25))

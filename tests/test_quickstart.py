@@ -22,6 +22,7 @@ from rl_compaction.recipes.reproduce import (
 )
 
 
+@pytest.mark.learning
 def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     import wandb
 
@@ -218,6 +219,7 @@ def test_the_shipped_warm_start_is_the_quickstart_recipes_own():
     assert quickstart_config("unused", grpo={"max_steps": 1}).warm_start == str(SHIPPED_START)
 
 
+@pytest.mark.slow
 def test_a_built_warm_start_records_the_settings_it_was_built_with(tmp_path):
     from rl_compaction.recipes.reproduce import WARM_START_FILES, build_warm_start, matching_warm_start
 
@@ -241,6 +243,7 @@ def test_a_built_warm_start_records_the_settings_it_was_built_with(tmp_path):
     assert matching_warm_start(config, dest) is None
 
 
+@pytest.mark.slow
 def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkeypatch):
     """With only GRPO and eval settings overridden, no demos are written and no SFT runs: GRPO starts from the
     shipped warm start, which is also the SFT-only row."""

@@ -47,6 +47,7 @@ def test_last_logits_reads_each_rows_last_real_token(tiny: Path) -> None:
     torch.testing.assert_close(batched[short], alone[0], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> None:
     tok = AutoTokenizer.from_pretrained(tiny)
     model = AutoModelForCausalLM.from_pretrained(tiny)
@@ -58,6 +59,7 @@ def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> Non
         train_recall(model, tok, steps=1)
 
 
+@pytest.mark.slow
 def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,6 +98,7 @@ def test_the_shipped_tiny_recall_is_used_without_a_build_and_matches_the_tiny_bu
     assert shape(shipped) == shape(fresh)
 
 
+@pytest.mark.slow
 def test_the_shipped_tiny_recall_copies_a_word_from_4k_tokens_back() -> None:
     """The weights are recall-pretrained, not the random init: held-out recall, chance ~1/200."""
     folder = shipped_dir("tiny-recall")

@@ -77,6 +77,7 @@ def test_a_bad_later_policy_spec_is_refused_before_the_first_row_runs(bad, words
 # -- a resumed eval compares the paths it recorded relative to its folder -------------------------------------
 
 
+@pytest.mark.slow
 def test_an_eval_resumes_from_another_cwd_and_after_its_run_folder_moved(tmp_path, monkeypatch):
     """Reproduce's stage 4 evaluates RUN/grpo with RUN/grpo as its tokenizer into RUN/eval: a resume spelled
     another way (absolute, another working directory, a moved RUN) was refused as "other settings"."""

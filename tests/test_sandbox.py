@@ -80,6 +80,7 @@ MEMORY_BOMBS = [
 ]
 
 
+@pytest.mark.slow
 def test_repeated_memory_bombs_fail_the_edit_and_never_crash_the_process():
     """Every out-of-memory path QuickJS takes reads as the memory limit, run after run (the
     archived quickjs 1.19 segfaulted here within a few dozen runs). Some paths throw a bare null,
@@ -385,6 +386,7 @@ def test_a_worker_that_cannot_start_fails_the_edit_with_a_reason(monkeypatch):
     assert run_evolve(STATE, "return state;").state == STATE
 
 
+@pytest.mark.slow
 def test_a_fork_while_another_thread_sends_a_request_does_not_deadlock_the_child():
     """A thread writes big evolve requests while the main thread forks; each child drops the
     inherited worker and runs nothing else. With a buffered pipe the child's copy of the writer's

@@ -227,6 +227,7 @@ def _completion_loss(model, ids: list[int], n_prompt: int) -> float:
         return model(input_ids=torch.tensor([ids]), labels=labels).loss.item()
 
 
+@pytest.mark.slow
 def test_short_sft_run_memorises_and_saves_a_loadable_model(
     demos: Dataset, tokenizer, home: Path, tmp_path: Path
 ) -> None:

@@ -342,6 +342,7 @@ def test_bad_task_settings_fail_at_config_time(tmp_path, settings, words):
 # -- a real run: checkpoint, resume, W&B offline -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch):
     import wandb
 
@@ -428,6 +429,7 @@ def test_resume_reads_the_run_id_and_an_explicit_one_wins(tmp_path, monkeypatch)
     assert "WANDB_RUN_ID" not in os.environ
 
 
+@pytest.mark.slow
 def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_adapter(tmp_path):
     """The GPU configs' combination (bf16 weights and autocast, LoRA on every linear layer, KL to
     the reference model, activation checkpointing), vLLM aside: the adapter trains."""
@@ -454,6 +456,7 @@ def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_ada
     assert "[None]" not in card and "fine-tuned version of `tiny` (a local model)" in card
 
 
+@pytest.mark.slow
 def test_two_processes_with_different_row_counts_stay_in_step(tmp_path):
     """Rows per process differ (episodes differ in edits); TRL gathers per-row values and FSDP /
     ZeRO-3 gather parameters per forward, so every process must see as many rows as the others."""
@@ -472,6 +475,7 @@ def test_two_processes_with_different_row_counts_stay_in_step(tmp_path):
 # -- learning test ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.learning
 def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
     """Reward = share of sampled tokens with an id below 1000 (about 40% for the random model).
     A sign error would drive it down, a mask that hides the model's tokens would leave it flat."""

@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SMOKE = """
@@ -32,6 +34,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_a_wheel_installed_without_the_repository_runs(tmp_path: Path) -> None:
     wheels, target, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "cwd"
     elsewhere.mkdir()
