@@ -116,3 +116,46 @@ def test_a_folder_another_run_trains_into_is_refused(tmp_path, capsys, monkeypat
         monkeypatch.setenv("RANK", "1")
         with lock_on_main_process(run):  # no lock of its own: it would wait on its own launch's main process
             pass
+
+
+# -- prerequisites -------------------------------------------------------------------------------------------
+
+
+def test_without_java_scienceworld_tests_are_skipped_saying_why(monkeypatch):
+    """Without `java` on PATH, 31 ScienceWorld tests failed and one crashed pytest (INTERNALERROR)."""
+    import shutil
+    from types import SimpleNamespace
+
+    import conftest  # tests/ is on sys.path under pytest
+
+    class Item(SimpleNamespace):
+        def add_marker(self, mark):
+            self.marks.append(mark.mark if hasattr(mark, "mark") else mark)
+
+        def get_closest_marker(self, name):
+            return next((m for m in self.marks if m.name == name), None)
+
+    def items():
+        return [
+            Item(nodeid=f"tests/test_env_scienceworld.py::{n}", path=REPO / "tests/test_env_scienceworld.py", marks=m)
+            for n, m in (("test_plays", []), ("test_without_java_the_error_says_so", [pytest.mark.without_java.mark]))
+        ]
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    plays, without = found = items()
+    conftest.pytest_collection_modifyitems(None, found)
+    skip = plays.get_closest_marker("skip")
+    assert skip is not None and "Java 8+ on PATH" in skip.kwargs["reason"]
+    assert without.get_closest_marker("skip") is None  # the test of the error a user without Java gets runs
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/java")
+    plays, _ = found = items()
+    conftest.pytest_collection_modifyitems(None, found)
+    assert plays.get_closest_marker("skip") is None and plays.get_closest_marker("scienceworld") is not None
+
+
+def test_the_readme_says_how_to_get_torchs_cpu_or_cuda_build():
+    """`pip install torch==2.13.0` takes the CPU build only on machines with a local wheel folder; on PyPI for
+    Linux it is the CUDA build (several GB)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme and "CUDA build" in readme
+    assert "Java 8+" in readme
