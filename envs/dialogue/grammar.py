@@ -75,16 +75,15 @@ def split_names(text: str) -> list[str]:
     return [n for n in re.split(r",? and |, ", text) if n]
 
 
-def template_regex(template: str, *, named: bool) -> str:
-    """A template as a regex (named groups for Python, plain groups for JavaScript)."""
+def template_regex(template: str) -> str:
+    """A template as a regex with a named group per slot."""
     out, pos = [], 0
     for m in _PLACEHOLDER.finditer(template):
         out.append(_SPECIAL.sub(r"\\\1", template[pos : m.start()]))
-        body = _SLOTS[m.group(1)]
-        out.append(f"(?P<{m.group(1)}>{body})" if named else f"(?:{body})")
+        out.append(f"(?P<{m.group(1)}>{_SLOTS[m.group(1)]})")
         pos = m.end()
     out.append(_SPECIAL.sub(r"\\\1", template[pos:]))
-    return r"(?<![A-Za-z])" + "".join(out) if named else "".join(out)
+    return r"(?<![A-Za-z])" + "".join(out)
 
 
 #: every phrasing of every split, so one parser reads all splits.
@@ -98,22 +97,7 @@ def _anchor(template: str) -> str:
     return max(_PLACEHOLDER.split(template)[::2], key=len)
 
 
-_COMPILED = tuple((kind, _anchor(t), re.compile(template_regex(t, named=True))) for kind, t in TEMPLATES)
-
-
-def clause_regex_js(text: str | None = None) -> str:
-    """One JavaScript regex source matching any requirement clause (used by evolve code); with
-    `text`, only the phrasings that occur in it (a shorter program for a known conversation)."""
-    used = [
-        t
-        for (kind, t), (_, _, rx) in zip(TEMPLATES, _COMPILED, strict=True)
-        if kind != "done" and (text is None or rx.search(text))
-    ]
-    return "|".join(f"(?:{template_regex(t, named=False)})" for t in used) or "(?!)"
-
-
-def done_regex_js() -> str:
-    return "|".join(f"(?:{template_regex(t, named=False)})" for k, t in TEMPLATES if k == "done")
+_COMPILED = tuple((kind, _anchor(t), re.compile(template_regex(t))) for kind, t in TEMPLATES)
 
 
 @dataclass(frozen=True)

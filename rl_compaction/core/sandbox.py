@@ -98,10 +98,6 @@ class SandboxResult:
         return self.error is None
 
 
-class SandboxError(Exception):
-    """Evolve code failed; the message is what the agent reads in its receipt."""
-
-
 # The harness script, the same text for every run. The code and the State arrive as data (JSON
 # text in globals the harness reads and deletes), so no character of the code can change what
 # the harness does. It captures every built-in it needs before the code runs, compiles the code

@@ -175,18 +175,6 @@ def rollout(
     return records
 
 
-def run_group(
-    policy: Policy | ScriptedPolicy,
-    make_env: Callable[[], CompactionEnv],
-    seed: int,
-    group_size: int,
-    settings: dict[str, Any] | None = None,
-) -> list[EpisodeRecord]:
-    """G episodes of the same task instance, batched: the GRPO group."""
-    with closing_envs([make_env() for _ in range(group_size)]) as envs:
-        return rollout(policy, envs, [seed] * group_size, episode_ids=list(range(group_size)), settings=settings)
-
-
 def write_jsonl(path: str | Path, records: list[EpisodeRecord]) -> None:
     """Append records, one JSON line each (flushed per line, so an interrupted run keeps what it wrote).
 
