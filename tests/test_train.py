@@ -453,7 +453,7 @@ def test_lora_with_a_reference_model_and_activation_checkpointing_trains_the_ada
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
     assert "kl" in state["log_history"][0]
     card = (out / "README.md").read_text()
-    assert "[None]" not in card and "fine-tuned version of `tiny` (a local model)" in card
+    assert "[None]" not in card and card.startswith('---\nbase_model: "tiny"\n')  # the project's card
 
 
 @pytest.mark.slow
