@@ -24,6 +24,8 @@ def test_bf16_unset_means_fp32_without_a_bf16_gpu(tmp_path, no_bf16_gpu):
 
     assert CompactionGRPOConfig(output_dir=str(tmp_path / "grpo")).bf16 is False  # was: "Your setup doesn't..."
     assert SFTConfig(output_dir=str(tmp_path / "sft")).bf16 is False
+    # use_cpu keeps TRL's default, bf16 autocast on the CPU, which the CPU recipes' figures were measured with
+    assert CompactionGRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True).bf16 is True
 
 
 def test_bf16_unset_keeps_trl_default_on_a_bf16_gpu(tmp_path, monkeypatch):

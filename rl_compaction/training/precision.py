@@ -41,10 +41,11 @@ def bf16_supported() -> bool:
 def default_bf16(args: Any) -> None:
     """Settle `bf16` before TrainingArguments checks it. TRL's configs leave it None and then default it
     to True, which on a machine without a bf16 GPU stopped every run that did not say `bf16: false`
-    ("Your setup doesn't support bf16/gpu"). Unset, it is now True only where a bf16 GPU exists; set to
-    true where none is (and not `use_cpu`), the error says what to do in one line."""
+    ("Your setup doesn't support bf16/gpu"). Unset, it is now True only where a bf16 GPU exists or under
+    `use_cpu` (bf16 autocast on the CPU, TRL's default there, which the shipped CPU recipes were measured
+    with); set to true where neither holds, the error says what to do in one line."""
     if args.bf16 is None:
-        args.bf16 = not args.fp16 and bf16_supported()
+        args.bf16 = not args.fp16 and (args.use_cpu or bf16_supported())
     elif args.bf16 and not args.use_cpu and not bf16_supported():
         raise ValueError(
             "bf16: true needs a GPU with bf16 support and this machine has none; "
