@@ -47,7 +47,7 @@ SFT = {
 #: the schedule that teaches a random model the protocol
 PROTOCOL = {"learning_rate": 2e-3, "lr_scheduler_type": "linear", "warmup_steps": 10, "max_steps": 1000}
 #: the cost start's SFT steps: 1,000 left the 3 Dec machine's start failing some of its conservative edits;
-#: 2,000 (fixed before it was built, the only one tried) writes both cleanly (README, the cost axis)
+#: 2,000 (fixed before it was built, the only one tried) writes both cleanly (RESULTS.md, the cost axis)
 COST_SFT_STEPS = 2000
 
 

@@ -11,7 +11,7 @@ The first start is weak on the vault toy: a small random model (4 layers, hidden
 oracle demonstrations of the protocol (read, the targeted edit when the harness asks, submit), then
 five small steps on demonstrations that ignore the request and read on into the context window.
 When it does not answer the request, the episode ends at the window (reward -0.2). The model cannot
-copy the key word (a random start does not learn that in minutes; README, status), so no episode
+copy the key word (a random start does not learn that in minutes; RESULTS.md), so no episode
 succeeds by more than a guess: what GRPO can learn from the reward is to answer the request. The
 measure: at the first compaction request of each of 32 validation episodes (the oracle's, so every
 model is asked the same thing), the log-odds of the targeted edit's turn against a read turn,
@@ -30,7 +30,7 @@ conservative edit's (the choice itself, teacher-forced). Measured here on 3 Dec:
 five GRPO steps, 0.20 with the cost term's sign flipped (1.18 and 0.09 after eight, which the test ran
 until 3 Dec).
 
-Five steps each, since 3 Dec: the runs' log-odds after every step (README, the cost axis) put five
+Five steps each, since 3 Dec: the runs' log-odds after every step (RESULTS.md, the cost axis) put five
 steps at about 2x each margin, in half the CI time of ten and eight.
 """
 
