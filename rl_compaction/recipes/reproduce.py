@@ -701,11 +701,15 @@ def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any
     named after `out`) in the project of the recipe's GRPO and eval runs."""
     import wandb
 
+    # the mode said here, not left to W&B's process-wide settings, which an earlier run in this process
+    # may have fixed: without an API key, offline (`wandb sync` later), as the GRPO and eval runs
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     run = wandb.init(
         project=os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
         name=f"{Path(out).resolve().name}-report",
         job_type="report",
         dir=str(out),
+        mode=mode,
         config={"recipe": recipe},
     )
     run.log({key: wandb.Image(str(path)) for key, path in images.items()})
