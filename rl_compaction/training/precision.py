@@ -58,5 +58,9 @@ def default_checkpointing(args: Any) -> None:
     that the name is deprecated for every config built without `activation_checkpointing`, a user's or not.
     Our configs leave `gradient_checkpointing` unset (None) and put TRL's default on the new name instead;
     a user who sets the old name still gets transformers' warning."""
-    if getattr(args, "activation_checkpointing", False) is None and args.gradient_checkpointing is None:
+    if args.gradient_checkpointing is not None:
+        return
+    if not hasattr(args, "activation_checkpointing"):  # transformers before 5.23 has only the old name
+        args.gradient_checkpointing = True
+    elif args.activation_checkpointing is None:
         args.activation_checkpointing = True

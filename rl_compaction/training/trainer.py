@@ -73,17 +73,21 @@ warnings.filterwarnings(
 @contextmanager
 def checkpointing_off(model: Any, kwargs: dict | None = None):
     """Activation checkpointing off for no-grad forwards, restored after (TRL's `disable_gradient_checkpointing`
-    under transformers' new names, which do not warn)."""
-    was_on = model.is_activation_checkpointing
+    under transformers' new names, which do not warn; transformers before 5.23, as on the lent GPU machine,
+    has only the old ones)."""
+    new_names = hasattr(model, "is_activation_checkpointing")
+    was_on = model.is_activation_checkpointing if new_names else model.is_gradient_checkpointing
     if was_on:
-        model.activation_checkpointing_disable()
+        (model.activation_checkpointing_disable if new_names else model.gradient_checkpointing_disable)()
     try:
         yield
     finally:
-        if was_on:  # as transformers' Trainer enables it: two keys are the method's own arguments
+        if was_on and new_names:  # as transformers' Trainer enables it: two keys are the method's own arguments
             kwargs = dict(kwargs or {})
             every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
             model.activation_checkpointing_enable(kwargs or None, every_n_layers=every_n_layers, offload=offload)
+        elif was_on:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 @dataclass
@@ -431,7 +435,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
             self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
         )
         # TRL's own context: no gradient checkpointing for these no-grad forwards
-        with torch.no_grad(), checkpointing_off(self.model, self.args.activation_checkpointing_kwargs):
+        kwargs = getattr(self.args, "activation_checkpointing_kwargs", self.args.gradient_checkpointing_kwargs)
+        with torch.no_grad(), checkpointing_off(self.model, kwargs):
             generate_every = self.args.steps_per_generation * self.num_iterations
             multiple = self.pad_to_multiple_of
             if self.args.gradient_accumulation_steps % generate_every != 0 or self.use_vllm:
