@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 from gymnasium.error import ResetNeeded
+from test_env import snapshot  # tests/ is on sys.path under pytest
 
 from rl_compaction.core import sandbox
 from rl_compaction.core.render import function_tool
@@ -73,19 +74,6 @@ class TinyFamily(TaskFamily):
 
 def call(name: str, args: dict, cid: str) -> dict:
     return {"type": "function_call", "call_id": cid, "name": name, "arguments": json.dumps(args)}
-
-
-def snapshot(env: CompactionEnv) -> tuple:
-    return (
-        json.dumps(env.state),
-        json.dumps(env.history),
-        env.turn,
-        len(env.ledger.rows),
-        json.dumps(env.events),
-        len(env.state_versions),
-        env.answer,
-        env.score,
-    )
 
 
 # -- a plug-in's score must be a number in [0, 1] ------------------------------------------------------------
