@@ -14,11 +14,11 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, help_field
+from rl_compaction.core.configs import TRL_USAGE, help_field, hide_flags, own_fields_first
 from rl_compaction.core.state import State, StateError, dumps_state, load_state
 
 #: Most bytes read from one input file: `evolve /dev/zero` must not read until memory runs out.
@@ -168,13 +168,32 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return 0 if results and passed == len(results) else 1
 
 
-def _difficulty(args: argparse.Namespace):
-    from rl_compaction.harness.tasks import Difficulty
+def add_episode_flags(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """Flags for these `EpisodeSpec` fields, with its help texts and defaults (`--context-window`, ...): the
+    argparse commands take an episode's settings under the names and defaults that eval, train and the
+    recipes use."""
+    from dataclasses import fields
 
+    from rl_compaction.harness.spec import EpisodeSpec
+
+    defaults, spec_fields = EpisodeSpec(), {f.name: f for f in fields(EpisodeSpec)}
+    for name in names:
+        default = getattr(defaults, name)
+        kind = _scale if name == "scale" else int if default is None else type(default)
+        help_text = spec_fields[name].metadata["help"]
+        choices = spec_fields[name].metadata.get("choices")
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, choices=choices, help=help_text)
+
+
+def _episode(args: argparse.Namespace, family: str, **values: Any):
+    """The EpisodeSpec of the flags `add_episode_flags` added (and `values`), for one family."""
+    from rl_compaction.harness.spec import EpisodeSpec, episode_fields
+
+    given = {k: v for k, v in vars(args).items() if k in episode_fields() and k != "family"}
     try:
-        return Difficulty(scale=args.scale, level=args.level)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+        return EpisodeSpec(**{"family": family, **given, **values})
+    except (KeyError, ValueError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
 
 
 def _family(name: str):
@@ -197,22 +216,15 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 def cmd_envs_show(args: argparse.Namespace) -> int:
     from rl_compaction.core.state import text_of
     from rl_compaction.core.summary import EpisodeSummary
-    from rl_compaction.harness.env import EnvConfig
     from rl_compaction.harness.oracle import make_env, run_oracle_episode
     from rl_compaction.models.registry import counter_name
 
     _family(args.family)
-    try:  # the prompt as a model sees it under --context-window; the sizes below from an unlimited one
-        shown = EnvConfig(context_window=args.context_window, tokenizer=counter_name(args.tokenizer))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    obs, _ = make_env(args.family, split=args.split, config=shown, difficulty=_difficulty(args)).reset(seed=args.seed)
-    env = make_env(
-        args.family,
-        split=args.split,
-        config=EnvConfig(context_window=10**9, tokenizer=counter_name(args.tokenizer)),
-        difficulty=_difficulty(args),
-    )
+    # the prompt as a model sees it under --context-window; the sizes below from an unlimited window
+    shown = _episode(args, args.family, tokenizer=counter_name(args.tokenizer))
+    obs, _ = shown.make_env().reset(seed=args.seed)
+    unlimited = replace(shown, context_window=10**9, compaction_threshold=None, max_turns=10**6)
+    env = make_env(args.family, split=args.split, config=unlimited.env_config(), difficulty=unlimited.difficulty)
     _, info = env.reset(seed=args.seed)
     print(f"# {args.family} / {args.split} / seed {args.seed}\n")
     print(obs["instructions"].split("\n\n# Your working context")[0])
@@ -238,7 +250,7 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
     if args.seeds < 2:
         raise UsageError("--seeds must be >= 2 (tasks of different seeds are compared)")
     try:
-        report = check_family(family, seeds=range(args.seeds), difficulty=_difficulty(args))
+        report = check_family(family, seeds=range(args.seeds), difficulty=_episode(args, args.family).difficulty)
     except FamilyCheckError as e:
         print(f"FAIL {args.family}: {e}", file=sys.stderr)
         return 1
@@ -254,7 +266,6 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 def cmd_envs_oracle(args: argparse.Namespace) -> int:
     from rl_compaction.core.reports import oracle_table, progress
     from rl_compaction.core.summary import EpisodeSummary
-    from rl_compaction.harness.env import EnvConfig
     from rl_compaction.harness.oracle import (
         ORACLE_STRATEGIES,
         MissingEdit,
@@ -272,18 +283,11 @@ def cmd_envs_oracle(args: argparse.Namespace) -> int:
     if args.episodes <= 0:
         raise UsageError("--episodes must be > 0")
     results: dict[str, list[EpisodeSummary]] = {}
+    episode = _episode(args, args.family, tokenizer=counter_name(args.tokenizer))
     for name in strategies:
-        try:
-            config = EnvConfig(
-                context_window=args.context_window,
-                compaction_threshold=args.compaction_threshold,
-                max_turns=args.max_turns,
-                tokenizer=counter_name(args.tokenizer),
-                cache_preset=args.cache_preset,
-            )
-            env = make_env(args.family, split=args.split, strategy=name, config=config, difficulty=_difficulty(args))
-        except ValueError as e:  # a bad window or cache preset
-            raise UsageError(str(e)) from None
+        env = make_env(
+            args.family, split=episode.split, strategy=name, config=episode.env_config(), difficulty=episode.difficulty
+        )
         seeds = range(args.seed_start, args.seed_start + args.episodes)
         try:
             results[name] = [
@@ -308,22 +312,30 @@ class EvalRunArguments:
 
 def parse_eval_args(argv: list[str]) -> tuple[Any, EvalRunArguments]:
     """(EvalConfig, run arguments) from `rl-compaction eval` arguments, by TRL's TrlParser: every EvalConfig
-    field is a flag (with its dashed alias: --seed-start), and --config FILE.yaml gives them from a file."""
+    and EpisodeSpec field is a flag (with its dashed alias: --seed-start), and --config FILE.yaml gives them
+    from a file."""
     from trl import TrlParser
 
     from rl_compaction.evaluation.evaluate import EvalConfig
+    from rl_compaction.harness.spec import EpisodeSpec, episode_fields
 
     parser = TrlParser(
-        (EvalConfig, EvalRunArguments),
+        (EvalConfig, EpisodeSpec, EvalRunArguments),
         prog="rl-compaction eval",
+        usage=TRL_USAGE,
         description="Compare policies on held-out tasks: table, episodes JSONL, plot. Every field below is a "
         "flag; --config FILE.yaml reads them from a file, and flags after it override the file's values.",
     )
+    own_fields_first(parser, "the episode (EpisodeSpec)", episode_fields())
+    hide_flags(parser, {"episode", "sandbox"})  # the episode's fields are flags of their own; sandbox is no flag
     try:
-        config, run = parser.parse_args_and_config(argv)
+        config, episode, run = parser.parse_args_and_config(argv)
+        if config.episode != EpisodeSpec():
+            raise ValueError("give the episode's fields as flags or keys of their own (--family, --scale, ...)")
+        config = replace(config, episode=episode)
     except (FileNotFoundError, IsADirectoryError) as e:
         raise UsageError(f"cannot read the --config file: {e}") from None
-    except ValueError as e:  # a bad setting (EvalConfig.__post_init__) or a config key that is no field
+    except (TypeError, ValueError) as e:  # a bad setting (__post_init__) or a config key that is no field
         raise UsageError(str(e)) from None
     return config, run
 
@@ -333,7 +345,6 @@ def cmd_eval(argv: list[str]) -> int:
     from rl_compaction.policies.openai_http import HTTPPolicyError
 
     config, args = parse_eval_args(argv)
-    _family(config.family)
     try:
         result = run_eval(config, resume=args.resume, use_wandb=args.wandb)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
@@ -416,18 +427,16 @@ def _int_list(text: str) -> list[int]:
 def cmd_demos(args: argparse.Namespace) -> int:
     from rl_compaction.training.demos import write_demos
 
+    families = args.families.split(",")
     try:
+        family = families if len(families) > 1 else families[0]
+        episode = _episode(args, family, tokenizer=args.tokenizer or "o200k_base")
         write_demos(
             args.out_dir,
-            args.families.split(","),
+            episode,
             args.episodes,
             args.strategies.split(","),
             split=args.split,
-            scale=args.scale,
-            level=args.level,
-            context_window=args.context_window,
-            compaction_threshold=args.compaction_threshold,
-            tokenizer_name_or_path=args.tokenizer,
             first_seed=args.first_seed,
             keep_failed=[x for x in args.keep_failed.split(",") if x],
             weights=_int_list(args.weights) if args.weights else None,
@@ -564,11 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--families", default="probe", help="comma-separated task families")
     p.add_argument("--episodes", type=int, default=8, help="episodes per family")
     p.add_argument("--strategies", default="evolve,none,clear_tool_outputs,sliding_window")
-    p.add_argument("--split", default="train", choices=("train", "validation", "test"))
-    p.add_argument("--scale", type=_scale, default=1.0)
-    p.add_argument("--level", type=int, default=2)
-    p.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW)
-    p.add_argument("--compaction-threshold", type=int, default=None)
+    p.add_argument("--split", default="train", choices=("train", "validation", "test"), help="demos play train tasks")
+    add_episode_flags(p, ("scale", "level", "context_window", "compaction_threshold"))
     p.add_argument("--tokenizer", default=None, help="count tokens as this model does (name, path or encoding)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--keep-failed", default="", help="strategies whose failed episodes are kept (imperfect demos)")
@@ -594,8 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = esub.add_parser("check", help="check a family against the task contract (rl_compaction.harness.checker)")
     p.add_argument("family")
     p.add_argument("--seeds", type=int, default=2, help="seeds per split (the oracle plays each test seed)")
-    p.add_argument("--scale", type=_scale, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
-    p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
+    add_episode_flags(p, ("scale", "level"))
     p.set_defaults(func=cmd_envs_check)
     for action, func, helptext in (
         ("show", cmd_envs_show, "print one task and its size in tokens"),
@@ -603,16 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = esub.add_parser(action, help=helptext)
         p.add_argument("family")
-        p.add_argument("--split", default="test", choices=("train", "validation", "test"))
-        p.add_argument("--scale", type=_scale, default=1.0, help="tool-output volume (1.0: > 32k tokens)")
-        p.add_argument("--level", type=int, default=2, help="difficulty level 1-3")
+        add_episode_flags(p, ("split", "scale", "level", "context_window"))
         p.add_argument("--tokenizer", default="o200k_base", metavar="NAME", help=tok_help)
         p.set_defaults(func=func)
         if action == "show":
             p.add_argument("--seed", type=_seed, default=0)
-            p.add_argument(
-                "--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW, help="the window the prompt states"
-            )
         else:
             p.add_argument("--episodes", type=int, default=5)
             p.add_argument("--seed-start", type=_seed, default=0)
@@ -623,12 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "evolve_summary, evolve_early, evolve_recent, evolve_eager, sliding_window, clear_tool_outputs; "
                 "comma-separated or all",
             )
-            p.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW, help="the agent's window")
-            p.add_argument("--compaction-threshold", type=int, default=None, help="default: 75%% of the window")
-            p.add_argument(
-                "--max-turns", type=int, default=400, help="turn limit per episode (long sessions need more)"
-            )
-            p.add_argument("--cache-preset", default="local", help="cost model (configs/accounting.yaml)")
+            add_episode_flags(p, ("compaction_threshold", "max_turns", "cache_preset"))
     return parser
 
 

@@ -34,7 +34,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,12 +46,12 @@ from trl import GRPOConfig, GRPOTrainer
 from rl_compaction.accounting import ChatTemplateCounter
 from rl_compaction.core import chat_format
 from rl_compaction.harness.env import CompactionEnv
-from rl_compaction.harness.tasks import Difficulty
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer, task_dataset
 
 FAMILY = "probe"
-ENV_SETTINGS = {"difficulty_scale": 0.06, "difficulty_level": 1, "context_window": 6000, "max_turns": 1}
+EPISODE = EpisodeSpec(family=FAMILY, scale=0.06, level=1, context_window=6000, max_turns=1)
 
 
 class Timers:
@@ -169,11 +169,9 @@ def load(path: str) -> tuple[Any, Any]:
     return tokenizer, AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
 
 
-def first_prompts(tokenizer: Any, rows: Dataset, difficulty: Difficulty, config: CompactionGRPOConfig) -> list[str]:
+def first_prompts(tokenizer: Any, rows: Dataset) -> list[str]:
     """The env's first observation of each task row, rendered as the model sees it."""
-    env = CompactionEnv(
-        FAMILY, split="train", difficulty=difficulty, config=config.env_config(), counter=ChatTemplateCounter(tokenizer)
-    )
+    env = replace(EPISODE, split="train").make_env(counter=ChatTemplateCounter(tokenizer))
     texts = []
     for row in rows:
         obs, _ = env.reset(seed=int(row["task_seed"]))
@@ -198,10 +196,10 @@ def timed_module_functions(timers: Timers) -> Iterator[None]:
 def build_ours(path: str, common: dict[str, Any], steps: int, tasks: int, turnstile: Turnstile) -> Bench:
     """Our trainer on probe episodes, with timers around env, rendering, parsing, reward and rows."""
     tokenizer, model = load(path)
-    args = CompactionGRPOConfig(**common, families=[FAMILY], train_tasks=tasks, **ENV_SETTINGS)
+    args = CompactionGRPOConfig(**common, train_tasks=tasks)
     timers = Timers()
     clock = StepClock("ours", timers, steps, turnstile)
-    trainer = CompactionGRPOTrainer(model, args, processing_class=tokenizer, callbacks=[clock])
+    trainer = CompactionGRPOTrainer(model, args, processing_class=tokenizer, callbacks=[clock], episode=EPISODE)
     timers.wrap_generation(trainer)
     trainer._generate_and_score_completions = timers.wrap("generate + score", trainer._generate_and_score_completions)
     trainer.reward_fn = timers.wrap("reward", trainer.reward_fn)
@@ -223,10 +221,9 @@ def build_ours(path: str, common: dict[str, Any], steps: int, tasks: int, turnst
 def build_trl(path: str, common: dict[str, Any], steps: int, tasks: int, turnstile: Turnstile) -> Bench:
     """TRL's GRPOTrainer on the first observations of the same tasks, as plain-text prompts."""
     tokenizer, model = load(path)
-    reference = CompactionGRPOConfig(**common, families=[FAMILY], train_tasks=tasks, **ENV_SETTINGS)
-    rows = task_dataset(reference.families, reference.family_weights, "train", reference.train_tasks, reference.seed)
-    difficulty = Difficulty(reference.difficulty_scale, reference.difficulty_level)
-    dataset = Dataset.from_dict({"prompt": first_prompts(tokenizer, rows, difficulty, reference)})
+    reference = CompactionGRPOConfig(**common, train_tasks=tasks)
+    rows = task_dataset(EPISODE.families, EPISODE.family_weights, "train", reference.train_tasks, reference.seed)
+    dataset = Dataset.from_dict({"prompt": first_prompts(tokenizer, rows)})
     timers = Timers()
     clock = StepClock("TRL", timers, steps, turnstile)
     trainer = GRPOTrainer(

@@ -47,6 +47,7 @@ def rollout_s(policy: Any, args: argparse.Namespace) -> tuple[float, list]:
 def grpo_step_s(use_vllm: bool, args: argparse.Namespace) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rl_compaction.harness.spec import EpisodeSpec
     from rl_compaction.models.registry import resolve_model
     from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 
@@ -56,10 +57,6 @@ def grpo_step_s(use_vllm: bool, args: argparse.Namespace) -> float:
         output_dir=tempfile.mkdtemp(prefix="bench-vllm-"),
         use_cpu=True,
         report_to="none",
-        families=["probe"],
-        difficulty_scale=0.1,
-        context_window=16_384,
-        max_turns=args.turns,
         num_generations=args.group_size,
         per_device_train_batch_size=args.group_size,
         max_completion_length=args.max_new_tokens,
@@ -72,7 +69,10 @@ def grpo_step_s(use_vllm: bool, args: argparse.Namespace) -> float:
         **(vllm if use_vllm else {}),
     )
     model = AutoModelForCausalLM.from_pretrained(path)
-    trainer = CompactionGRPOTrainer(model, config, processing_class=AutoTokenizer.from_pretrained(path))
+    episode = EpisodeSpec(family="probe", scale=0.1, context_window=16_384, max_turns=args.turns)
+    trainer = CompactionGRPOTrainer(
+        model, config, processing_class=AutoTokenizer.from_pretrained(path), episode=episode
+    )
     trainer.train()
     times = [row["step_time"] for row in trainer.state.log_history if "step_time" in row][1:]
     return sum(times) / len(times)

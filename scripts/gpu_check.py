@@ -450,7 +450,6 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
     """(b) optimizer steps of CompactionGRPOTrainer: one group of G episodes per step."""
     from trl import ModelConfig, get_peft_config
 
-    from rl_compaction.harness.tasks import Difficulty
     from rl_compaction.models.registry import load_pretrained
     from rl_compaction.training.trainer import CompactionGRPOConfig, CompactionGRPOTrainer
 
@@ -462,18 +461,18 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
         """The real trainer; its episodes start from a `grpo_context`-token State."""
 
         def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[Any]:
-            args = self.args
+            specs = [self.episode.sample(int(x["task_seed"]), x["family"]) for x in inputs]
             return [
                 env_cls(
-                    x["family"],
+                    spec.family,
                     split=split,
-                    difficulty=Difficulty(args.difficulty_scale, args.difficulty_level),
-                    config=args.env_config(),
+                    difficulty=spec.difficulty,
+                    config=spec.env_config(),
                     counter=self.counter,
                     prefill_tokens=plan.grpo_context,
                     timers=timers,
                 )
-                for x in inputs
+                for spec in specs
             ]
 
     args = CompactionGRPOConfig(**grpo_config_kwargs(plan, mode, out_dir, dry_run, CompactionGRPOConfig))
@@ -484,7 +483,12 @@ def grpo_phase(folder: Path, plan: Plan, mode: str, device: str, dry_run: bool, 
     params = sum(p.numel() for p in model.parameters())  # before LoRA adds its adapters
     step_times = StepTimes(timers)
     trainer = CheckTrainer(
-        model, args, processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=[step_times]
+        model,
+        args,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[step_times],
+        episode=grpo_episode(plan),
     )
     trainer._generate_single_turn = timers.wrap("generate", trainer._generate_single_turn)
     if mode == "vllm_colocate":  # inside generate: the weights pushed into the engine after a step
@@ -559,6 +563,21 @@ def counting(count: Callable[[dict[str, Any]], None], fn: Callable) -> Callable:
     return counted
 
 
+def grpo_episode(plan: Plan) -> Any:
+    """The GRPO phase's EpisodeSpec: the plan's family, length, window and turns."""
+    from rl_compaction.harness.spec import EpisodeSpec
+
+    cfg = env_config(plan, plan.grpo_context, plan.grpo_turns)
+    return EpisodeSpec(
+        family=FAMILY,
+        scale=plan.difficulty_scale,
+        level=2,
+        context_window=cfg.context_window,
+        compaction_threshold=cfg.compaction_threshold,
+        max_turns=plan.grpo_turns,
+    )
+
+
 def grpo_config_kwargs(plan: Plan, mode: str, out_dir: Path, dry_run: bool, config_cls: type) -> dict[str, Any]:
     """The GRPO phase's CompactionGRPOConfig arguments (`config_cls` names activation checkpointing)."""
     cfg = env_config(plan, plan.grpo_context, plan.grpo_turns)
@@ -571,12 +590,6 @@ def grpo_config_kwargs(plan: Plan, mode: str, out_dir: Path, dry_run: bool, conf
     }
     return {
         "output_dir": str(out_dir),
-        "families": [FAMILY],
-        "difficulty_scale": plan.difficulty_scale,
-        "difficulty_level": 2,
-        "context_window": cfg.context_window,
-        "compaction_threshold": cfg.compaction_threshold,
-        "max_turns": plan.grpo_turns,
         "train_tasks": 4 * plan.grpo_steps,
         "num_generations": plan.group_size,
         "per_device_train_batch_size": 1,
@@ -623,22 +636,17 @@ def sft_phase(folder: Path, plan: Plan, device: str, dry_run: bool, work: Path) 
     """(c) SFT steps on oracle demonstrations (full fine-tuning, activation checkpointing on)."""
     from trl import ModelConfig, SFTConfig
 
+    from rl_compaction.harness.spec import EpisodeSpec
     from rl_compaction.training.demos import write_demos
     from rl_compaction.training.sft import SFTScriptArguments, build_trainer
 
     cuda = device == "cuda"
     timers = Timers(cuda)
     demos = work / "demos"
-    write_demos(
-        demos,
-        [FAMILY],
-        1,
-        ["none"],
-        scale=plan.difficulty_scale,
-        context_window=plan.sft_context,
-        tokenizer_name_or_path=f"hf:{folder}",
-        keep_failed=["none"],
+    episode = EpisodeSpec(
+        family=FAMILY, scale=plan.difficulty_scale, context_window=plan.sft_context, tokenizer=f"hf:{folder}"
     )
+    write_demos(demos, episode, 1, ["none"], keep_failed=["none"])
     args = SFTConfig(**sft_config_kwargs(plan, work, dry_run, SFTConfig))
     model_args = ModelConfig(model_name_or_path=str(folder), dtype="float32" if dry_run else "bfloat16")
     trainer = build_trainer(SFTScriptArguments(dataset_dir=str(demos)), args, model_args)

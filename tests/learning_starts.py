@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import build_tiny_model
 from rl_compaction.recipes.reproduce import WARM_START_FILES
 from rl_compaction.training.demos import write_demos
@@ -26,7 +27,7 @@ STARTS = Path(__file__).parent / "data" / "learning-starts"
 
 #: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window
-TASK = {"scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2150}
+TASK = {"family": "vault", "scale": 0.02, "level": 1, "context_window": 2700, "compaction_threshold": 2150}
 #: the same two short pages in a window that also holds the conservative edit's extra page, so both
 #: edits succeed (oracle, 8 validation seeds: targeted 5,692, conservative 7,322, both 100%)
 COST_TASK = {**TASK, "context_window": 3300}
@@ -56,12 +57,12 @@ def answer_start(work: Path) -> Path:
     submit) and on ones that ignore the request, then 5 small steps toward ignoring it: a policy that
     answers about half of the requests."""
     start = build_tiny_model(work / "random", hidden_size=128, layers=4)
-    demos = {"tokenizer_name_or_path": str(start), **TASK}
-    write_demos(work / "demos", ["vault"], 64, ["evolve", "ignore"], keep_failed=["ignore"], **demos)
+    demos = EpisodeSpec(**TASK, tokenizer=str(start))
+    write_demos(work / "demos", demos, 64, ["evolve", "ignore"], keep_failed=["ignore"])
     train_sft(work / "demos", str(start), work / "sft", balance_turns=True, **PROTOCOL, **SFT)
     # balanced SFT answers nearly every request; a nudge toward the ignoring demonstrations makes it
     # answer about half of them (5 steps at 1e-4; 10 at 2e-4 already answer almost none)
-    write_demos(work / "ignoring", ["vault"], 32, ["ignore"], keep_failed=["ignore"], **demos)
+    write_demos(work / "ignoring", demos, 32, ["ignore"], keep_failed=["ignore"])
     schedule = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "max_steps": 5}
     train_sft(work / "ignoring", str(work / "sft"), work / "weak", **schedule, **SFT)
     return work / "weak"
@@ -71,8 +72,7 @@ def cost_start(work: Path) -> Path:
     """A random model after SFT on demonstrations of both edits, 1:1: the targeted edit and the
     conservative one (`evolve_recent`, which also keeps the last pages read)."""
     start = build_tiny_model(work / "random", hidden_size=128, layers=4)
-    demos = {"tokenizer_name_or_path": str(start), **COST_TASK}
-    write_demos(work / "demos", ["vault"], 64, ["evolve", "evolve_recent"], **demos)
+    write_demos(work / "demos", EpisodeSpec(**COST_TASK, tokenizer=str(start)), 64, ["evolve", "evolve_recent"])
     schedule = {**PROTOCOL, "max_steps": COST_SFT_STEPS}
     train_sft(work / "demos", str(start), work / "sft", balance_turns=True, **schedule, **SFT)
     return work / "sft"

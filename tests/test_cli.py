@@ -161,14 +161,14 @@ def test_envs_oracle_defaults_to_the_window_of_eval_and_training():
     from rl_compaction.cli import build_parser
     from rl_compaction.evaluation.evaluate import EvalConfig
     from rl_compaction.harness.env import EnvConfig
-    from rl_compaction.training.trainer import CompactionGRPOConfig
+    from rl_compaction.harness.spec import EpisodeSpec
 
     windows = {
         build_parser().parse_args(["envs", "oracle", "probe"]).context_window,
         build_parser().parse_args(["envs", "show", "probe"]).context_window,
         EnvConfig().context_window,
-        EvalConfig.__dataclass_fields__["context_window"].default,
-        CompactionGRPOConfig.__dataclass_fields__["context_window"].default,
+        EpisodeSpec().context_window,
+        EvalConfig(policies=["oracle"]).episode.context_window,
     }
     assert windows == {32_768}
 

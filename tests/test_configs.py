@@ -17,6 +17,7 @@ import yaml
 from accelerate.commands.config.config_args import ClusterConfig
 from trl import ModelConfig, TrlParser
 
+from rl_compaction.harness.spec import EpisodeSpec, episode_fields
 from rl_compaction.training.trainer import TOKEN_LEVEL_LOSSES, CompactionGRPOConfig
 
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -76,14 +77,16 @@ def _launch(path: Path) -> dict:
     return {"devices": devices, "accelerate_file": accelerate_file, "processes": processes}
 
 
-def _parse(path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int) -> tuple[CompactionGRPOConfig, ModelConfig]:
+def _parse(
+    path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int
+) -> tuple[CompactionGRPOConfig, EpisodeSpec, ModelConfig]:
     """Parse as `rl_compaction.training.train` does, as if on `world_size` GPU processes (bf16 needs a GPU to pass
     transformers' check; `env` entries are set by TrlParser and restored afterwards)."""
     for key in yaml.safe_load(path.read_text()).get("env", {}):
         monkeypatch.setenv(key, "restored-after-the-test")
     monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
     monkeypatch.setattr(transformers.TrainingArguments, "world_size", property(lambda self: world_size))
-    return TrlParser((CompactionGRPOConfig, ModelConfig)).parse_args_and_config(["--config", str(path)])
+    return TrlParser((CompactionGRPOConfig, EpisodeSpec, ModelConfig)).parse_args_and_config(["--config", str(path)])
 
 
 @pytest.mark.parametrize("path", TRAIN, ids=_ids(TRAIN))
@@ -91,12 +94,12 @@ def test_train_config_parses_with_every_value_taken(path, monkeypatch):
     raw = yaml.safe_load(path.read_text())
     numeric_strings = {k: v for k, v in raw.items() if isinstance(v, str) and _is_number(v)}
     assert not numeric_strings, f"YAML 1.1 reads these as strings (write 1.0e-5, not 1e-5): {numeric_strings}"
-    args, model_args = _parse(path, monkeypatch, _launch(path)["processes"])
+    args, episode, model_args = _parse(path, monkeypatch, _launch(path)["processes"])
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     for key, value in raw.items():
         if key == "env":
             continue
-        parsed = getattr(model_args if key in model_fields else args, key)
+        parsed = getattr(model_args if key in model_fields else episode if key in episode_fields() else args, key)
         expected = NORMALISED.get((key, value), value) if isinstance(value, str) else value
         assert parsed == expected, f"{path.name}: {key} is {parsed!r} after parsing, the YAML says {value!r}"
     assert args.loss_type in TOKEN_LEVEL_LOSSES and args.importance_sampling_level == "token"
@@ -108,7 +111,7 @@ def test_train_config_parses_with_every_value_taken(path, monkeypatch):
 def test_gpu_config_follows_the_house_rules(path, monkeypatch):
     launch = _launch(path)
     assert launch["accelerate_file"] is not None
-    args, model_args = _parse(path, monkeypatch, launch["processes"])
+    args, episode, model_args = _parse(path, monkeypatch, launch["processes"])
     distributed = yaml.safe_load(launch["accelerate_file"].read_text())["distributed_type"]
     # bf16 compute; fp32 master weights for a full fine-tune unless DeepSpeed's optimizer keeps them
     master_fp32 = not model_args.use_peft and distributed != "DEEPSPEED"
@@ -116,8 +119,8 @@ def test_gpu_config_follows_the_house_rules(path, monkeypatch):
     assert model_args.dtype == ("float32" if master_fp32 else "bfloat16")
     # the whole eval is one lockstep batch (one generation phase), not eval_tasks sequential ones
     assert args.per_device_eval_batch_size * launch["processes"] == args.eval_tasks * args.num_generations_eval
-    assert args.context_window == 32_768
-    assert set(args.families) == FAMILIES and len(args.family_weights) == len(args.families)
+    assert episode.context_window == 32_768
+    assert set(episode.families) == FAMILIES and len(episode.family_weights) == len(episode.families)
     assert args.eval_strategy == "steps" and args.save_steps % args.eval_steps == 0
     assert "wandb" in args.report_to and args.log_episodes > 0
     # what CompactionGRPOTrainer implements: a per-token ratio clipped from above
@@ -126,7 +129,7 @@ def test_gpu_config_follows_the_house_rules(path, monkeypatch):
     assert args.learning_rate == (1.0e-5 if model_args.use_peft else 1.0e-6)
     if launch["processes"] == 1:
         assert args.vllm_mode == "colocate" and distributed == "NO"
-        assert args.vllm_max_model_length >= args.context_window
+        assert args.vllm_max_model_length >= episode.context_window
     else:
         assert args.vllm_mode == "server" and distributed in ("MULTI_GPU", "FSDP", "DEEPSPEED")
 
@@ -145,9 +148,9 @@ def test_server_mode_splits_the_gpus_and_serves_the_trained_model(path, monkeypa
     assert len(server_gpus) == script_args.tensor_parallel_size * script_args.data_parallel_size
     assert launch["devices"] is not None and not set(server_gpus) & set(launch["devices"])
     assert len(launch["devices"]) == launch["processes"] and len(server_gpus) + launch["processes"] == 8
-    args, model_args = _parse(path, monkeypatch, launch["processes"])
+    args, episode, model_args = _parse(path, monkeypatch, launch["processes"])
     assert script_args.model == model_args.model_name_or_path
-    assert script_args.max_model_len >= args.context_window + args.max_completion_length
+    assert script_args.max_model_len >= episode.context_window + args.max_completion_length
     assert script_args.port == args.vllm_server_port
     command = build_command(script_args)  # the `vllm serve` command line TRL runs
     assert command[command.index("--tensor-parallel-size") + 1] == str(len(server_gpus))

@@ -29,6 +29,7 @@ from rl_compaction_envs.scienceworld.simulator import Episode, Simulator, Simula
 from rl_compaction.core.sandbox import run_evolve
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.oracle import run_oracle_episode
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.tasks import SPLITS, Difficulty, ToolError, get_family
 from rl_compaction.training.demos import write_demos
 
@@ -254,9 +255,8 @@ def test_the_oracles_own_compaction_keeps_the_readings(family, lossy):
 
 
 def test_demos_from_the_oracle(family, tmp_path):
-    dataset = write_demos(
-        tmp_path, ["scienceworld"], 2, ["evolve", "none"], split="train", scale=0.06, level=1, context_window=4000
-    )
+    episode = EpisodeSpec(family="scienceworld", scale=0.06, level=1, context_window=4000)
+    dataset = write_demos(tmp_path, episode, 2, ["evolve", "none"], split="train")
     summary = json.loads((tmp_path / "demos_summary.json").read_text())
     assert summary["successful_episodes"] >= 1 and len(dataset) == summary["rows"] > 0
     assert set(dataset["family"]) == {"scienceworld"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
 from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env
 from rl_compaction.harness.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.tasks import Difficulty
 
-SMALL = dict(family="probe", scale=0.25, level=1, context_window=9000, compaction_threshold=6000)
+EPISODE = EpisodeSpec(family="probe", scale=0.25, level=1, context_window=9000, compaction_threshold=6000)
+SMALL = dict(episode=EPISODE)
 
 
 def test_eval_writes_table_jsonl_metrics_plot_and_resumes(tmp_path: Path):
@@ -92,7 +95,8 @@ def test_bad_specs_are_rejected(tmp_path: Path):
 )
 def test_cost_parts_add_up_to_the_cost_and_the_table_shows_each(tmp_path: Path, preset: str, weighted: list[str]):
     """The printed parts sum to the printed cost; a preset's weighted parts are all there."""
-    config = EvalConfig(policies=["oracle@evolve"], episodes=1, output_dir=str(tmp_path), cache_preset=preset, **SMALL)
+    episode = replace(EPISODE, cache_preset=preset)
+    config = EvalConfig(policies=["oracle@evolve"], episodes=1, output_dir=str(tmp_path), episode=episode)
     result = run_eval(config)
     row = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))["policies"]["oracle@evolve"]
     parts = row["cost_parts"]
@@ -141,7 +145,9 @@ def test_resume_refuses_a_file_written_with_other_settings(tmp_path: Path):
     run_eval(EvalConfig(policies=["oracle@none"], episodes=1, output_dir=str(out), **SMALL))
     before = (out / "episodes.jsonl").read_bytes()
     for change in ({"scale": 0.5}, {"context_window": 12_000}, {"max_turns": 7}, {"tokenizer": "cl100k_base"}):
-        other = EvalConfig(policies=["oracle@none"], episodes=2, output_dir=str(out), **{**SMALL, **change})
+        other = EvalConfig(
+            policies=["oracle@none"], episodes=2, output_dir=str(out), episode=replace(EPISODE, **change)
+        )
         with pytest.raises(ValueError, match=f"other settings: {next(iter(change))}="):
             run_eval(other, resume=True)
         assert (out / "episodes.jsonl").read_bytes() == before
@@ -226,7 +232,7 @@ def test_eval_settings_are_parsed_the_trl_way(tmp_path: Path):
 
     flags = ["--policy", "oracle", "--policy", "tiny@none", "--env", "vault", "--seed-start", "3"]
     config, run = parse_eval_args([*flags, "--request-timeout", "5", "--resume"])
-    assert (config.policies, config.family, config.seed_start, config.request_timeout_s) == (
+    assert (config.policies, config.episode.family, config.seed_start, config.request_timeout_s) == (
         ["oracle", "tiny@none"],
         "vault",
         3,
@@ -240,14 +246,22 @@ def test_eval_settings_are_parsed_the_trl_way(tmp_path: Path):
     assert from_file.extra == {"run": "a"} and parse_eval_args([*flags, "--extra", '{"run": "b"}'])[0].extra == {
         "run": "b"
     }
-    path.write_text("policies: [oracle]\nepisode: 3\n")
-    with pytest.raises(UsageError, match="Unknown arguments from config file.*--episode"):
+    path.write_text("policies: [oracle]\nepisodez: 3\n")
+    with pytest.raises(UsageError, match="Unknown arguments from config file.*--episodez"):
         parse_eval_args(["--config", str(path)])
+    path.write_text("policies: [oracle]\nepisode: {scale: 0.1}\n")
+    with pytest.raises(UsageError, match="episode's fields as flags or keys of their own"):
+        parse_eval_args(["--config", str(path)])
+    assert parse_eval_args([*flags, "--scale", "0.1", "--context-window", "5000"])[0].episode == EpisodeSpec(
+        family="vault", scale=0.1, context_window=5000
+    )
     for bad, message in [
         (["--episodes", "0"], "episodes must be an integer >= 1"),
         (["--request-timeout", "inf"], "request_timeout_s must be a finite number"),
         (["--request-timeout", "0"], "request_timeout_s must be a positive number"),
         (["--extra", "[1]"], "extra must be a mapping"),
+        (["--level", "7"], "difficulty level must be 1, 2 or 3"),
+        (["--env", "nope"], "unknown task families \\['nope'\\]"),
     ]:
         with pytest.raises(UsageError, match=message):
             parse_eval_args([*flags, *bad])
@@ -262,7 +276,7 @@ def test_every_config_field_says_what_it_is_for():
     from rl_compaction.cli import EvalRunArguments
     from rl_compaction.recipes.reproduce import ReproduceConfig, ReproduceRunArguments
 
-    for config in (EvalConfig, EvalRunArguments, ReproduceConfig, ReproduceRunArguments):
+    for config in (EvalConfig, EpisodeSpec, EvalRunArguments, ReproduceConfig, ReproduceRunArguments):
         missing = [f.name for f in fields(config) if len(f.metadata.get("help", "")) < 10]
         assert missing == [], config.__name__
 
@@ -289,7 +303,7 @@ def test_a_model_row_samples_the_same_episodes_whatever_rows_ran_before_it(tmp_p
     from rl_compaction.models.registry import shipped_dir
 
     model = f"{shipped_dir('quickstart-sft')}@evolve"
-    settings = dict(episodes=2, batch_size=1, max_turns=2, max_new_tokens=12, temperature=1.0, **SMALL)
+    settings = dict(episodes=2, batch_size=1, max_new_tokens=12, temperature=1.0, episode=replace(EPISODE, max_turns=2))
 
     def sampled(policies: list[str], out: str, **seed: int) -> list[list[int]]:
         run_eval(EvalConfig(policies=policies, output_dir=str(tmp_path / out), **settings, **seed))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_overwrite_or_an_empty_folder_passes_the_check(tmp_path):
     check_no_previous_run(run, resume=str(run / "checkpoint-2"), overwrite=False)
 
 
-@pytest.mark.parametrize(("command", "first"), [("train", "--families"), ("sft", "--dataset_dir")])
+@pytest.mark.parametrize(("command", "first"), [("train", "--train_tasks"), ("sft", "--dataset_dir")])
 def test_help_names_the_subcommand_and_lists_the_projects_fields_first(capsys, command, first):
     """`train --help` was 1,390 lines: a ~500-line usage line without the subcommand, then TRL's fields,
     the project's own last."""
@@ -57,6 +58,8 @@ def test_help_names_the_subcommand_and_lists_the_projects_fields_first(capsys, c
     assert lines[0] == f"usage: rl-compaction {command} [--config FILE.yaml] [--FIELD VALUE ...]"
     options = [line.split()[0] for line in lines if line.startswith("  --")]
     assert options[0] == first and "--overwrite_output_dir" in options[:20]
+    if command == "train":  # the episode's fields (EpisodeSpec) are in the project's group
+        assert {"--family", "--context_window", "--max_turns"} <= set(options[:40])
     assert out.index("rl-compaction:") < out.index("--output_dir")
 
 
@@ -67,19 +70,22 @@ def test_the_eval_table_says_why_episodes_ended_and_keeps_cost_parts_apart(tmp_p
     """The table was ~230 characters wide with a ~700-character footnote, "cached 0" (a cost part) beside
     "cache% 82%" (a share of tokens), and no column for why episodes ended (the oracle's 0% was its turn limit)."""
     from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
+    from rl_compaction.harness.spec import EpisodeSpec
 
-    small = {"family": "probe", "scale": 0.06, "level": 1, "context_window": 4500, "episodes": 2}
-    result = run_eval(EvalConfig(policies=["oracle@evolve"], max_turns=5, output_dir=str(tmp_path / "a"), **small))
+    spec = EpisodeSpec(family="probe", scale=0.06, level=1, context_window=4500)
+    small = {"episodes": 2, "policies": ["oracle@evolve"]}
+    result = run_eval(EvalConfig(episode=replace(spec, max_turns=5), output_dir=str(tmp_path / "a"), **small))
     outcome = result["table"].split("\n\n")[0].splitlines()
     assert outcome[0].split()[:6] == ["policy", "success", "(95%", "CI)", "score", "ended"]
     assert "2 turns" in outcome[2] and "cached" not in outcome[0]
     assert max(len(line) for line in result["table"].splitlines()) <= 150
-    result = run_eval(EvalConfig(policies=["oracle@evolve"], max_turns=16, output_dir=str(tmp_path / "b"), **small))
+    result = run_eval(EvalConfig(episode=replace(spec, max_turns=16), output_dir=str(tmp_path / "b"), **small))
     assert "2 answer" in result["table"]
 
 
 def test_the_plot_starts_its_cost_axis_at_zero_and_names_its_settings(tmp_path, monkeypatch):
     import matplotlib.axes
+    import matplotlib.figure
 
     from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, plot_title
 
@@ -95,7 +101,10 @@ def test_the_plot_starts_its_cost_axis_at_zero_and_names_its_settings(tmp_path, 
         {"policy": p, "success_rate": 0.5, "success_ci95": [0.2, 0.8], "mean_cost": c}
         for p, c in (("a", 10_000), ("b", 10_060))  # 0.6% apart: the axis zoomed to that range
     ]
-    config = EvalConfig(policies=["oracle@evolve"], family="probe", max_turns=40, tokenizer="cl100k_base")
+    from rl_compaction.harness.spec import EpisodeSpec
+
+    episode = EpisodeSpec(family="probe", max_turns=40, tokenizer="cl100k_base")
+    config = EvalConfig(policies=["oracle@evolve"], episode=episode)
     plot_success_vs_cost(rows, tmp_path / "p.png", plot_title(config))
     assert seen["xlim"][0] == 0 and seen["xlim"][1] > 10_060
     assert all(s in seen["title"] for s in ("40 turns", "cl100k_base", "cost preset local", "window 32,768"))

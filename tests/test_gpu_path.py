@@ -15,6 +15,7 @@ import torch
 import yaml
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.training import generation
 from rl_compaction.training.precision import check_master_weights
@@ -48,13 +49,12 @@ def _trainer(tmp_path, model, tokenizer, **overrides) -> CompactionGRPOTrainer:
         num_generations=2,
         per_device_train_batch_size=2,
         max_completion_length=8,
-        max_turns=3,
         activation_checkpointing=False,
         save_strategy="no",
         eval_strategy="no",
         **overrides,
     )
-    trainer = CompactionGRPOTrainer(model, args, processing_class=tokenizer)
+    trainer = CompactionGRPOTrainer(model, args, processing_class=tokenizer, episode=EpisodeSpec(max_turns=3))
     trainer.current_gradient_accumulation_steps = 1  # what the training loop sets
     return trainer
 

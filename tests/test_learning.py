@@ -49,6 +49,7 @@ from learning_starts import COST_TASK, STARTS, TASK  # tests/ is on sys.path und
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.harness.rollout import EpisodeRecord
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.recipes.reproduce import ReproduceConfig, run_grpo
 from rl_compaction.training.demos import turn_kind, write_demos
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
@@ -88,9 +89,7 @@ def first_request_turns(tokenizer_dir: Path, out: Path) -> list[tuple[str, str, 
     """(prompt, targeted-edit turn, read turn) at the first compaction request of 32 validation tasks,
     rendered with the model's chat template from the oracle's own episodes."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    rows = write_demos(
-        out, ["vault"], 32, ["evolve"], split="validation", tokenizer_name_or_path=str(tokenizer_dir), **TASK
-    )
+    rows = write_demos(out, EpisodeSpec(**TASK, tokenizer=str(tokenizer_dir)), 32, ["evolve"], split="validation")
     edits: dict[int, tuple[str, str]] = {}
     reads: dict[int, str] = {}
     for row in rows:
@@ -118,9 +117,10 @@ def answer_log_odds(model_dir: Path, turns: list[tuple[str, str, str]]) -> float
 
 
 #: five GRPO steps, each on one training task's group of 8 episodes (`CompactionGRPOConfig` fields)
+#: the turn limit of both tests' GRPO episodes
+MAX_TURNS = 10
 GRPO = {
     "seed": 0,
-    "max_turns": 10,
     "train_tasks": 64,
     "num_generations": 8,
     "per_device_train_batch_size": 1,
@@ -159,7 +159,7 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
     start = STARTS / "answer"
     turns = first_request_turns(start, tmp_path / "validation")
     before = answer_log_odds(start, turns)
-    config = ReproduceConfig(family="vault", **TASK, grpo=GRPO)
+    config = ReproduceConfig(episode={**TASK, "max_turns": MAX_TURNS}, grpo=GRPO)
     say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps, then its control")
     after, control = paired_runs(
         config, start, tmp_path, reward_negated, lambda model: answer_log_odds(model, turns), say
@@ -181,9 +181,8 @@ def decision_points(tokenizer_dir: Path, out: Path) -> list[tuple[list[int], int
     tasks: the prompt and the targeted edit's turn up to the first token where the conservative edit's
     turn (the same call with `RECENT_EDIT_CODE`) differs."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    rows = write_demos(
-        out, ["vault"], 32, ["evolve"], split="validation", tokenizer_name_or_path=str(tokenizer_dir), **COST_TASK
-    )
+    episode = EpisodeSpec(**COST_TASK, tokenizer=str(tokenizer_dir))
+    rows = write_demos(out, episode, 32, ["evolve"], split="validation")
     points = []
     for row in rows:
         if turn_kind(row) != "evolve":
@@ -222,7 +221,7 @@ def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, cap
     points = decision_points(start, tmp_path / "validation")
     before = choice_log_odds(start, points)
     say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, then its control")
-    config = ReproduceConfig(family="vault", **COST_TASK, grpo=COST_GRPO)  # the default reward
+    config = ReproduceConfig(episode={**COST_TASK, "max_turns": MAX_TURNS}, grpo=COST_GRPO)  # the default reward
     after, control = paired_runs(
         config, start, tmp_path, cost_flipped, lambda model: choice_log_odds(model, points), say
     )

@@ -17,7 +17,6 @@ from rl_compaction.recipes.reproduce import (
     ReproduceConfig,
     learning_curve,
     parse_reproduce_args,
-    turn_limit_warnings,
     verdict,
 )
 
@@ -30,14 +29,14 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     out = tmp_path / "qs"
     short = {
-        "scale": 0.05,  # six pages: the unlimited oracle's episode fits in eval_max_turns
+        # six pages; one step of two short episodes: a near-random model's GRPO step stays cheap
+        "episode": {"scale": 0.05, "max_turns": 6},
         "demo_episodes": 4,  # one cycle of the demo weights
         "sft_answers": {"max_steps": 1},
         "sft": {"max_steps": 1},
-        # one step of two short episodes: a near-random model's GRPO step stays cheap
-        "grpo": {"max_steps": 1, "max_turns": 6, "num_generations": 2, "gradient_accumulation_steps": 2},
+        "grpo": {"max_steps": 1, "num_generations": 2, "gradient_accumulation_steps": 2},
         "eval_episodes": 1,
-        "eval_max_turns": 10,
+        "eval_episode": {"max_turns": 20},  # the unlimited oracle's episode fits
     }
     report = run_quickstart(out, **short)
     assert (out / "demos" / "demos_summary.json").exists()
@@ -45,15 +44,12 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     metrics = json.loads((out / "eval" / "metrics.json").read_text())["policies"]
     assert f"{out / 'grpo'}@evolve" in metrics and f"{out / 'sft'}@evolve" in metrics
     unlimited = json.loads((out / "eval_unlimited" / "metrics.json").read_text())["policies"]["oracle@none"]
-    window = ReproduceConfig.from_yaml(QUICKSTART_CONFIG).context_window
+    window = ReproduceConfig.from_yaml(QUICKSTART_CONFIG).spec.context_window
     assert unlimited["success_rate"] == 1.0 and unlimited["peak_context"] > window  # the task needs compaction
     table = report["table"]
     for row in ("learned (GRPO)", "SFT-only", "oracle@sliding_window", "oracle@none (window 1,000,000)"):
         assert row in table
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
-    # six pages take the oracle 15 turns: both short limits are said to cut episodes off
-    warned = [line.split(" is ")[0] for line in report["verdict"] if line.startswith("warning:")]
-    assert warned == ["warning: grpo.max_turns", "warning: eval_max_turns"]
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
     # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit shares
@@ -83,17 +79,17 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
 
 def test_reproduce_config_rejects_unknown_fields(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("family: vault\nwindow: 4500\n")
-    with pytest.raises(ValueError, match="unknown field\\(s\\) window; valid: .*context_window"):
+    path.write_text("episode: {family: vault}\nwindow: 4500\n")
+    with pytest.raises(ValueError, match="unknown field\\(s\\) window; valid: .*episode"):
         ReproduceConfig.from_yaml(path)
     with pytest.raises(FileNotFoundError, match="reproduce config not found"):
         ReproduceConfig.from_yaml(tmp_path / "missing.yaml")
     with pytest.raises(ValueError, match="is a folder; --config takes a YAML file"):  # was an IsADirectoryError
         ReproduceConfig.from_yaml(tmp_path)
-    (tmp_path / "broken.yaml").write_text("family: [vault\n")
+    (tmp_path / "broken.yaml").write_text("model: [tiny\n")
     with pytest.raises(ValueError, match="broken.yaml is not valid YAML"):  # was a yaml ParserError
         ReproduceConfig.from_yaml(tmp_path / "broken.yaml")
-    path.write_text("family: vault\nsft: {max_steps: 5, learning_rate: 0.01}\n")
+    path.write_text("episode: {family: vault}\nsft: {max_steps: 5, learning_rate: 0.01}\n")
     config = ReproduceConfig.from_yaml(path, sft={"max_steps": 3})
     assert config.sft == {"max_steps": 3, "learning_rate": 0.01}  # overrides update the file's settings
     with pytest.raises(ValueError, match="unknown override\\(s\\) window"):
@@ -133,7 +129,10 @@ def test_reproduce_reads_recipes_the_trl_way(tmp_path):
         ({"baselines": ["oracle@nope"]}, "baseline 'oracle@nope'"),
         ({"grpo": {"learning_rat": 1e-4}}, "unknown key\\(s\\) under grpo: learning_rat"),
         ({"sft_answers": {"max_step": 3}}, "unknown key\\(s\\) under sft_answers: max_step"),
-        ({"scale": float("inf")}, "scale must be a finite number"),
+        ({"episode": {"scale": float("inf")}}, "episode: difficulty scale must be in \\(0, 1000\\], got inf"),
+        ({"episode": {"famiy": "vault"}}, "episode: .*unexpected keyword argument 'famiy'"),
+        ({"eval_episode": {"level": 7}}, "eval_episode: difficulty level must be 1, 2 or 3"),
+        ({"episode": {"family": ["vault", "probe"]}}, "not a distribution"),
         ({"keep_failed": ["ignore"]}, "keep_failed"),
     ],
 )
@@ -147,7 +146,7 @@ def test_reproduce_refuses_a_bad_setting_before_any_stage(tmp_path, capsys, bad,
     from rl_compaction.cli import main
 
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({"family": "vault", **bad}))
+    path.write_text(yaml.safe_dump({"model": "tiny", **bad}))
     assert main(["reproduce", "--config", str(path), "--output-dir", str(tmp_path / "out")]) == 2
     assert "error:" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
@@ -226,7 +225,7 @@ def test_a_built_warm_start_records_the_settings_it_was_built_with(tmp_path):
     config = ReproduceConfig(
         output_dir=str(tmp_path / "unused"),
         model="tiny",
-        scale=0.02,
+        episode={"family": "vault", "scale": 0.02, "level": 1, "context_window": 4500},
         demo_episodes=2,
         demo_strategies=["evolve"],
         keep_failed=[],
@@ -270,7 +269,26 @@ def test_the_quickstart_starts_grpo_from_the_shipped_warm_start(tmp_path, monkey
 
 
 @pytest.mark.parametrize("recipe", ["quickstart.yaml", "vault-tiny-cpu.yaml"])
-def test_the_shipped_recipes_turn_limits_leave_the_oracle_room(recipe, tmp_path):
-    """The quickstart's 9 turns hold the oracle's 7 at its length; the reproduction's 13 its 11."""
+def test_a_recipe_states_its_episode_once_for_every_stage(recipe, tmp_path):
+    """GRPO and the eval play the recipe's one `episode` (the eval on test seeds, in the trained model's
+    tokens), `eval_episode` changes the eval's alone, and the turn limit leaves the oracle room: the
+    quickstart's 9 turns hold the oracle's 7 at its length, the reproduction's 13 its 11."""
+    from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
+    from rl_compaction.models.registry import counter_name
+    from rl_compaction.recipes.reproduce import eval_configs
+
     config = ReproduceConfig.from_yaml(RECIPES / recipe, output_dir=str(tmp_path / "out"))
-    assert turn_limit_warnings(config) == []
+    spec = config.spec
+    windowed, unlimited = eval_configs(config, tmp_path, ["oracle@evolve"])
+    assert windowed.episode == dataclasses.replace(spec, split="test", tokenizer=str(tmp_path / "grpo"))
+    assert unlimited.episode == dataclasses.replace(
+        windowed.episode, context_window=config.unlimited_window, compaction_threshold=None
+    )
+    longer = dataclasses.replace(config, eval_episode={"scale": 0.05})
+    assert eval_configs(longer, tmp_path, ["oracle@evolve"])[0].episode.scale == 0.05 and longer.spec == spec
+    counted = dataclasses.replace(spec, tokenizer=counter_name(config.model))
+    env = make_env(
+        spec.family, split="train", strategy="evolve", config=counted.env_config(), difficulty=spec.difficulty
+    )
+    turns = max(run_oracle_episode(env, seed, **evolve_options("evolve"))["turns"] for seed in range(8))
+    assert turns + 2 == spec.max_turns  # the oracle's turns, and two to spare

@@ -4,12 +4,14 @@ Each was refused, misreported or accepted before its fix."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rl_compaction.cli import main
+from rl_compaction.harness.spec import EpisodeSpec
 
 # -- a bad `reproduce` value names its field ------------------------------------------------------------------
 
@@ -21,9 +23,9 @@ from rl_compaction.cli import main
         ({"demo_episodes": 2}, "demo_episodes (2) must cover one cycle"),
         ({"demo_strategies": ["bogus"]}, "demo_strategies must be from"),
         ({"demo_weights": [0, 1, 1]}, "demo_weights must be one integer >= 1 per strategy"),
-        ({"family": "nosuch"}, "family must name a known task family"),
-        ({"level": 9}, "level: difficulty level must be 1, 2 or 3, got 9"),
-        ({"eval_scale": -1.0}, "eval_scale: difficulty scale must be in"),
+        ({"episode": {"family": "nosuch"}}, "episode: unknown task families ['nosuch']"),
+        ({"episode": {"level": 9}}, "episode: difficulty level must be 1, 2 or 3, got 9"),
+        ({"eval_episode": {"scale": -1.0}}, "eval_episode: difficulty scale must be in"),
         ({"eval_temperature": -1.0}, "eval_temperature must be a number >= 0"),
         ({"model": "nosuch"}, "model: 'nosuch' is neither"),
     ],
@@ -87,11 +89,15 @@ def test_an_eval_resumes_from_another_cwd_and_after_its_run_folder_moved(tmp_pat
     from rl_compaction.evaluation.evaluate import EvalConfig, run_eval
 
     shutil.copytree(Path(evaluate.__file__).parents[1] / "weights" / "tiny-recall", tmp_path / "run" / "grpo")
-    small = dict(family="probe", scale=0.06, level=1, context_window=9000, episodes=1, max_turns=3, max_new_tokens=8)
+    spec = EpisodeSpec(family="probe", scale=0.06, level=1, context_window=9000, max_turns=3)
+    small = dict(episodes=1, max_new_tokens=8)
 
     def config(run: str) -> EvalConfig:
         return EvalConfig(
-            policies=[f"{run}/grpo@evolve", "oracle@none"], tokenizer=f"{run}/grpo", output_dir=f"{run}/eval", **small
+            policies=[f"{run}/grpo@evolve", "oracle@none"],
+            episode=replace(spec, tokenizer=f"{run}/grpo"),
+            output_dir=f"{run}/eval",
+            **small,
         )
 
     monkeypatch.chdir(tmp_path)
@@ -176,10 +182,10 @@ def test_demos_hold_their_folder_and_a_failed_run_leaves_no_folder(tmp_path):
 
     out = tmp_path / "demos"
     with lock_output_dir(out), pytest.raises(ValueError, match="is in use by another run"):
-        write_demos(out, ["probe"], 1, ["evolve"], scale=0.06, level=1, context_window=6000)
+        write_demos(out, EpisodeSpec(family="probe", scale=0.06, level=1, context_window=6000), 1, ["evolve"])
     assert not out.exists()  # created for the lock, and nothing was written: gone again
     with pytest.raises(ValueError, match="no oracle episode succeeded"):
-        write_demos(out, ["probe"], 1, ["evolve"], scale=0.06, level=1, context_window=1000)
+        write_demos(out, EpisodeSpec(family="probe", scale=0.06, level=1, context_window=1000), 1, ["evolve"])
     assert not out.exists()
     with lock_output_dir(out):
         (out / "mine.txt").write_text("kept")

@@ -20,6 +20,7 @@ from datasets import Dataset
 from rl_compaction.cli import main
 from rl_compaction.evaluation.evaluate import EvalConfig, make_policy, run_eval
 from rl_compaction.harness.rollout import read_jsonl
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.policies.openai_http import HTTPPolicyError
 from rl_compaction.policies.vllm import VLLMPolicy
@@ -58,7 +59,8 @@ def test_resume_drops_a_last_line_cut_inside_a_multibyte_character(tmp_path: Pat
 def test_a_corrupt_line_before_the_last_is_still_refused_with_file_and_line(tmp_path: Path):
     out = tmp_path / "eval"
     path = out / "episodes.jsonl"
-    config = EvalConfig(policies=["oracle@none"], family="probe", scale=0.06, level=1, episodes=2, output_dir=str(out))
+    episode = EpisodeSpec(family="probe", scale=0.06, level=1)
+    config = EvalConfig(policies=["oracle@none"], episode=episode, episodes=2, output_dir=str(out))
     run_eval(config)
     first, second = path.read_bytes().splitlines()
     torn = second[: second.index(b'"settings"') + 3] + b"\xc3"  # a cut record, then more lines after it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from rl_compaction.core import chat_format
 from rl_compaction.core.render import chat_messages
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import make_env
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.tasks import Difficulty
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.training.demos import SUMMARY_FILE, row_messages, row_observation, turn_kind, write_demos
@@ -32,7 +34,7 @@ from rl_compaction.training.sft import (
 )
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny-cpu.yaml"
-DEMO_SETTINGS = {"scale": 0.06, "level": 1, "context_window": 6000, "tokenizer_name_or_path": "tiny"}
+DEMOS = EpisodeSpec(family="probe", scale=0.06, level=1, context_window=6000, tokenizer="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def tokenizer(home: Path):
 @pytest.fixture(scope="module")
 def demos_dir(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demos")
-    write_demos(out, ["probe"], 2, ["evolve", "none"], **DEMO_SETTINGS)
+    write_demos(out, DEMOS, 2, ["evolve", "none"])
     return out
 
 
@@ -89,15 +91,9 @@ def test_demos_rows_columns_summary_and_evolve_turns(demos_dir: Path, demos: Dat
 def test_a_kept_failed_episode_keeps_its_edits_but_not_its_wrong_answer(home: Path, tmp_path: Path) -> None:
     """The lossy edit is kept as an imperfect demonstration; the answer it forces (the key is gone) is not,
     so SFT never trains an answer the task scores wrong."""
-    settings = {"scale": 0.2, "level": 1, "context_window": 4500, "compaction_threshold": 3200}
+    episode = EpisodeSpec(family="vault", scale=0.2, level=1, context_window=4500, compaction_threshold=3200)
     rows = write_demos(
-        tmp_path,
-        ["vault"],
-        2,
-        ["evolve", "evolve_lossy"],
-        keep_failed=["evolve_lossy"],
-        tokenizer_name_or_path="tiny",
-        **settings,
+        tmp_path, replace(episode, tokenizer="tiny"), 2, ["evolve", "evolve_lossy"], keep_failed=["evolve_lossy"]
     )
     summary = json.loads((tmp_path / SUMMARY_FILE).read_text())["per_family"]["vault"]
     assert summary["evolve"]["successful"] == 1 and summary["evolve_lossy"]["successful"] == 0
@@ -110,14 +106,14 @@ def test_a_kept_failed_episode_keeps_its_edits_but_not_its_wrong_answer(home: Pa
 
 
 def test_weights_give_each_strategy_its_share_of_distinct_tasks(home: Path, tmp_path: Path) -> None:
-    rows = write_demos(tmp_path / "w", ["probe"], 3, ["evolve", "none"], weights=[2, 1], **DEMO_SETTINGS)
+    rows = write_demos(tmp_path / "w", DEMOS, 3, ["evolve", "none"], weights=[2, 1])
     summary = json.loads((tmp_path / "w" / SUMMARY_FILE).read_text())
     assert {s: v["episodes"] for s, v in summary["per_family"]["probe"].items()} == {"evolve": 2, "none": 1}
     seeds = {s: {r["task_seed"] for r in rows if r["strategy"] == s} for s in ("evolve", "none")}
     assert seeds == {"evolve": {0, 1}, "none": {2}}
     for weights, words in (([1], "one integer >= 1 per strategy"), ([2, 0], "one integer >= 1"), ([3, 1], "one cycle")):
         with pytest.raises(ValueError, match=words):
-            write_demos(tmp_path / "bad", ["probe"], 3, ["evolve", "none"], weights=weights, **DEMO_SETTINGS)
+            write_demos(tmp_path / "bad", DEMOS, 3, ["evolve", "none"], weights=weights)
     assert not (tmp_path / "bad").exists()
 
 

@@ -16,6 +16,7 @@ from summaries import summary_info  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.core.summary import EpisodeSummary
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.training.microbatch import trim_micro_batch, unpadded_logps
 from rl_compaction.training.reward import RewardConfig, episode_reward
@@ -324,19 +325,26 @@ def test_per_row_losses_are_rejected_in_config(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "words"),
     [
-        ({"families": ["probe", "bogus"]}, "unknown task families ['bogus']"),
-        ({"families": []}, "unknown task families (none given)"),
-        ({"families": ["probe", "ledger"], "family_weights": [1.0]}, "one weight per family"),
+        ({"family": ["probe", "bogus"]}, "unknown task families ['bogus']"),
+        ({"family": []}, "unknown task families (none given)"),
+        ({"family": ["probe", "ledger"], "family_weights": [1.0]}, "one weight per family"),
         ({"family_weights": [-1.0]}, "positive sum"),
-        ({"difficulty_level": 7}, "difficulty level must be 1, 2 or 3"),
+        ({"level": 7}, "difficulty level must be 1, 2 or 3"),
         ({"context_window": 1000, "compaction_threshold": 2000}, "compaction_threshold"),
         ({"cache_preset": "nope"}, "unknown cache model preset 'nope'"),
-        ({"train_tasks": 0}, "train_tasks"),
+        ({"context_window": [3000, 0]}, "context_window: context_window must be > 0"),
+        ({"scale": {"low": 0.1}}, "scale: a range is {low: A, high: B}"),
+        ({"tokenizer": ["a", "b"]}, "tokenizer takes one value, not a distribution"),
     ],
 )
-def test_bad_task_settings_fail_at_config_time(tmp_path, settings, words):
+def test_bad_episode_settings_fail_before_a_model_loads(settings, words):
     with pytest.raises(ValueError, match=re.escape(words)):
-        CompactionGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
+        EpisodeSpec(**settings)
+
+
+def test_too_few_train_tasks_fail_at_config_time(tmp_path):
+    with pytest.raises(ValueError, match="train_tasks"):
+        CompactionGRPOConfig(output_dir=str(tmp_path), use_cpu=True, train_tasks=0)
 
 
 # -- a real run: checkpoint, resume, W&B offline -----------------------------------------------------
@@ -484,11 +492,6 @@ def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
         output_dir=str(tmp_path),
         use_cpu=True,
         seed=0,
-        families=["probe"],
-        difficulty_scale=0.06,
-        difficulty_level=1,
-        context_window=6000,
-        max_turns=1,
         train_tasks=64,
         num_generations=8,
         per_device_train_batch_size=8,
@@ -515,6 +518,7 @@ def test_reward_rises_on_a_trivially_learnable_task(tmp_path):
         args,
         processing_class=AutoTokenizer.from_pretrained(path),
         reward_fn=low_ids,
+        episode=EpisodeSpec(family="probe", scale=0.06, level=1, context_window=6000, max_turns=1),
     )
     trainer.train()
     rewards = [h["reward/reward"] for h in trainer.state.log_history if "reward/reward" in h]

@@ -28,6 +28,7 @@ from trl.generation.vllm_client import VLLMClient  # noqa: E402
 from rl_compaction.accounting import ChatTemplateCounter, reusable_prefix  # noqa: E402
 from rl_compaction.harness.env import CompactionEnv, EnvConfig  # noqa: E402
 from rl_compaction.harness.rollout import EpisodeRecord, rollout  # noqa: E402
+from rl_compaction.harness.spec import EpisodeSpec  # noqa: E402
 from rl_compaction.harness.tasks import Difficulty  # noqa: E402
 from rl_compaction.models.registry import resolve_model  # noqa: E402
 from rl_compaction.policies.local import TransformersPolicy  # noqa: E402
@@ -122,10 +123,6 @@ def test_colocate_training_samples_each_step_from_the_weights_the_last_step_left
         output_dir=str(tmp_path),
         use_cpu=True,
         report_to="none",
-        families=["probe"],
-        difficulty_scale=0.06,
-        context_window=6000,
-        max_turns=2,
         train_tasks=8,
         num_generations=4,
         per_device_train_batch_size=4,
@@ -149,7 +146,12 @@ def test_colocate_training_samples_each_step_from_the_weights_the_last_step_left
         return {"reward": sum(t < 1000 for t in ids) / max(1, len(ids))}
 
     trainer = CompactionGRPOTrainer(
-        model, args, processing_class=AutoTokenizer.from_pretrained(path), callbacks=[Snapshot()], reward_fn=low_ids
+        model,
+        args,
+        processing_class=AutoTokenizer.from_pretrained(path),
+        callbacks=[Snapshot()],
+        reward_fn=low_ids,
+        episode=EpisodeSpec(family="probe", scale=0.06, context_window=6000, max_turns=2),
     )
     trainer.train()
     step2 = [inv for record in trainer.last_records for inv in record.invocations]  # sampled at global step 1

@@ -15,9 +15,6 @@ import re
 from dataclasses import field
 from typing import Any
 
-#: the agent's context window (tokens) wherever none is given: env, eval, training, demos and the CLI
-DEFAULT_CONTEXT_WINDOW = 32_768
-
 
 def help_field(text: str, **kwargs: Any) -> Any:
     """A dataclass field with `--help` text (TrlParser reads it from `metadata`)."""
@@ -82,3 +79,11 @@ def own_fields_first(parser: argparse.ArgumentParser, title: str, names: set[str
             group._group_actions.append(action)
     parser._action_groups.remove(group)
     parser._action_groups.insert(0, group)
+
+
+def hide_flags(parser: argparse.ArgumentParser, names: set[str]) -> None:
+    """Leave the flags of `names` out of `--help` (fields a flag cannot set, such as a nested dataclass, or that
+    other flags set); they still parse, as TrlParser built them."""
+    for action in parser._actions:
+        if action.dest in names:
+            action.help = argparse.SUPPRESS

@@ -22,14 +22,14 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rl_compaction.accounting import COST_PARTS, get_cache_model
-from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, as_mapping, check_counts, check_numbers, help_field
+from rl_compaction.accounting import COST_PARTS
+from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.reports import (
     asked_share,
@@ -41,12 +41,12 @@ from rl_compaction.core.reports import (
     targeted_share,
     wilson_interval,
 )
-from rl_compaction.harness.env import DEFAULT_COMPACTION_REQUEST, CompactionEnv, EnvConfig
+from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.harness.policy import Policy, ScriptedPolicy
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.strategies import HARNESS_STRATEGIES, Summary
-from rl_compaction.harness.tasks import SPLITS, Difficulty
 from rl_compaction.models.registry import counter_name
 
 MODEL_STRATEGIES = ("evolve", "none", "summary", *HARNESS_STRATEGIES)
@@ -62,13 +62,11 @@ class EvalConfig:
         "with an optional @STRATEGY; repeat --policy to compare",
         metadata={"aliases": ["--policy"], "action": "extend"},
     )
-    family: str = help_field(
-        "the task family (the flag --env too; in a YAML file `family`, since TRL's parser reads a top-level "
-        "`env` key as environment variables)",
-        default="probe",
-        metadata={"aliases": ["--env"]},
+    episode: EpisodeSpec | str | dict[str, Any] | None = help_field(
+        "what every episode plays: an EpisodeSpec, or a mapping of its fields (`rl-compaction eval` takes them as "
+        "flags and keys of their own: --family, --scale, --context_window, ...)",
+        default_factory=EpisodeSpec,
     )
-    split: str = help_field("the task split (normally test)", default="test", metadata={"choices": SPLITS})
     episodes: int = help_field("episodes per policy, on task seeds seed_start..", default=5)
     seed_start: int = help_field("the first task seed (an integer >= 0)", default=0)
     sampling_seed: int = help_field(
@@ -76,23 +74,10 @@ class EvalConfig:
         "seed, so that a row's episodes do not depend on the rows run before it",
         default=0,
     )
-    scale: float = help_field("the task's difficulty scale (its length)", default=1.0)
-    level: int = help_field("the task's difficulty level", default=2)
-    context_window: int = help_field("the agent's window, in the tokenizer's tokens", default=DEFAULT_CONTEXT_WINDOW)
-    compaction_threshold: int | None = help_field(
-        "context size at which the harness asks for a compaction (default: 75%% of the window)", default=None
-    )
-    max_turns: int = help_field("turn limit per episode", default=100)
     strategy: str = help_field(
         "the strategy of specs without @: evolve, none, sliding_window, clear_tool_outputs, summary",
         default="evolve",
     )
-    tokenizer: str = help_field(
-        "the units of window, threshold and cost for every policy of the run (a tiktoken encoding, a model "
-        "name or a model directory): pass the evaluated model's to count in its tokens",
-        default="o200k_base",
-    )
-    cache_preset: str = help_field("the cost model (configs/accounting.yaml)", default="local")
     max_new_tokens: int = help_field("tokens a model policy may generate per turn", default=512)
     temperature: float = help_field("sampling temperature of model policies (0: greedy)", default=0.7)
     batch_size: int = help_field("episodes run together (one batched model call)", default=4)
@@ -121,14 +106,19 @@ class EvalConfig:
         check_numbers(self)
         if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
             raise ValueError(f"policies must be a non-empty list of policy specs, got {self.policies!r}")
-        check_counts(self, ("episodes", "batch_size", "max_turns", "max_new_tokens", "context_window", "level"))
+        check_counts(self, ("episodes", "batch_size", "max_new_tokens"))
         for name, what in (("seed_start", "a task seed"), ("sampling_seed", "a seed")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be {what} (an integer >= 0), got {value!r}")
-        Difficulty(scale=self.scale, level=self.level)
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if isinstance(self.episode, (dict, str)):
+            self.episode = EpisodeSpec(**as_mapping("episode", self.episode))
+        if not isinstance(self.episode, EpisodeSpec):
+            raise ValueError(f"episode must be an EpisodeSpec or a mapping of its fields, got {self.episode!r}")
+        if self.episode.is_distribution:
+            raise ValueError(
+                "an eval plays one family at fixed settings (its rows compare policies there); run one eval per setting"
+            )
         if self.api not in ("chat", "responses"):
             raise ValueError(f"api must be chat or responses, got {self.api!r}")
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
@@ -221,27 +211,10 @@ def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy
         harness = HARNESS_STRATEGIES[strategy]()
     elif strategy == "summary":
         harness = Summary(summarize=_model_summarizer(policy))
-    tokenizer = counter_name(config.tokenizer)
-    envs = []
-    for _ in range(n):
-        env_config = EnvConfig(
-            context_window=config.context_window,
-            compaction_threshold=config.compaction_threshold,
-            compaction_request="" if strategy == "none" else DEFAULT_COMPACTION_REQUEST,
-            max_turns=config.max_turns,
-            tokenizer=tokenizer,
-            cache_preset=config.cache_preset,
-        )
-        envs.append(
-            CompactionEnv(
-                config.family,
-                split=config.split,
-                difficulty=Difficulty(config.scale, config.level),
-                config=env_config,
-                strategy=harness,
-            )
-        )
-    return envs
+    episode = replace(config.episode, tokenizer=counter_name(config.episode.tokenizer))
+    if strategy == "none":  # the agent is never asked
+        episode = replace(episode, compaction_request="")
+    return [episode.make_env(strategy=harness) for _ in range(n)]
 
 
 SUMMARY_REQUEST = (
@@ -392,11 +365,12 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
 
 def plot_title(config: EvalConfig, note: str = "") -> str:
     """What every point of the plot depends on: family, split, episodes, window, turn limit, tokenizer, preset."""
-    tokenizer = f"{Path(config.tokenizer).name}/" if os.sep in config.tokenizer else config.tokenizer
+    episode = config.episode
+    tokenizer = f"{Path(episode.tokenizer).name}/" if os.sep in episode.tokenizer else episode.tokenizer
     return (
-        f"{config.family} ({config.split}), {config.episodes} episodes, window {config.context_window:,}"
-        f"{f' ({note})' if note else ''}, {config.max_turns} turns\n"
-        f"tokens of {tokenizer}, cost preset {config.cache_preset}"
+        f"{episode.family} ({episode.split}), {config.episodes} episodes, window {episode.context_window:,}"
+        f"{f' ({note})' if note else ''}, {episode.max_turns} turns\n"
+        f"tokens of {tokenizer}, cost preset {episode.cache_preset}"
     )
 
 
@@ -454,17 +428,15 @@ def _run_eval(
     episodes_path = out / "episodes.jsonl"
     if episodes_path.exists() and not resume:
         raise FileExistsError(f"{episodes_path} exists; pass --resume to continue it or choose another --output-dir")
-    settings = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir")}
-    settings["tokenizer"] = portable_path(config.tokenizer, out)
+    settings = recorded_settings(config, out)
     done = _resume(episodes_path, settings, out) if episodes_path.exists() else {}
     seeds = list(range(config.seed_start, config.seed_start + config.episodes))
 
-    get_cache_model(config.cache_preset)  # an unknown preset fails before any episode runs
     rows, by_policy = [], {}
     for name, strategy in specs:
         label = f"{name}@{strategy}"
         policy_key = f"{portable_path(name, out)}@{strategy}"  # recorded: the row a moved folder's records are
-        key = f"{policy_key}|{config.family}|{config.split}"  # as `_resume` keys them
+        key = f"{policy_key}|{config.episode.family}|{config.episode.split}"  # as `_resume` keys them
         records = [done[k] for s in seeds if (k := f"{key}|{s}|0") in done]
         todo = [s for s in seeds if f"{key}|{s}|0" not in done]
         if todo:
@@ -492,11 +464,39 @@ def _run_eval(
         by_policy[label] = row
     table = format_metrics(rows)
     plot = plot_success_vs_cost(rows, out / "success_vs_cost.png", plot_title(config))
-    metrics = {"config": asdict(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    metrics = {"config": _plain(config), "policies": by_policy, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     if use_wandb:
         log_to_wandb(config, rows, plot, episodes_path)
     return {"table": table, "metrics": metrics, "plot": plot, "episodes": episodes_path}
+
+
+#: the episode settings every record carries, under these names since the first records (a resume compares them)
+RECORDED_EPISODE_FIELDS = (
+    "split",
+    "scale",
+    "level",
+    "context_window",
+    "compaction_threshold",
+    "max_turns",
+    "tokenizer",
+    "cache_preset",
+)
+
+
+def _plain(config: EvalConfig) -> dict[str, Any]:
+    """The config as JSON values (metrics.json, W&B), its episode as the spec's settings."""
+    return {**asdict(config), "episode": config.episode.settings()}
+
+
+def recorded_settings(config: EvalConfig, out: Path) -> dict[str, Any]:
+    """What every episode record carries of the run's settings, and a resume must match: the eval's own
+    fields, the episode's family and `RECORDED_EPISODE_FIELDS` always, its other fields where they differ
+    from EpisodeSpec's defaults (so records written before those fields existed still match)."""
+    own = {k: v for k, v in asdict(config).items() if k not in ("policies", "output_dir", "episode")}
+    episode, default = config.episode.settings(), EpisodeSpec().settings()
+    kept = {k: v for k, v in episode.items() if k in RECORDED_EPISODE_FIELDS or v != default[k]}
+    return {**own, "family": config.episode.family, **kept, "tokenizer": portable_path(episode["tokenizer"], out)}
 
 
 def _seed_sampling(seed: int) -> None:
@@ -593,7 +593,7 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
         name=Path(config.output_dir).resolve().name,
         job_type="eval",
         mode=mode,
-        config=asdict(config),
+        config=_plain(config),
         dir=config.output_dir,
     )
     columns = [
@@ -632,7 +632,7 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
         run.summary[f"{r['policy']}/success_rate"] = r["success_rate"]
         run.summary[f"{r['policy']}/mean_cost"] = r["mean_cost"]
     run.log({"eval/policies": table, "eval/success_vs_cost": wandb.Image(str(plot))})
-    artifact = wandb.Artifact(f"eval-{config.family}-{config.split}", type="episodes")
+    artifact = wandb.Artifact(f"eval-{config.episode.family}-{config.episode.split}", type="episodes")
     artifact.add_file(str(episodes))
     run.log_artifact(artifact)
     run.finish()

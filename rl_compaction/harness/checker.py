@@ -62,11 +62,11 @@ def check_family(
     *,
     seeds: Sequence[int] = (0, 1),
     difficulty: Difficulty | None = None,
-    context_window: int = 1_000_000,
+    unlimited_window: int = 1_000_000,
 ) -> FamilyReport:
     """Run every check on `family` (an instance or a registered name); raise `FamilyCheckError`
-    at the first broken rule. The oracle plays each test seed in a window of `context_window`
-    tokens with no compaction, so it must solve the task with everything in view."""
+    at the first broken rule. The oracle plays each test seed in a window of `unlimited_window`
+    tokens with no compaction and no turn limit to speak of, so it must solve the task with everything in view."""
     if isinstance(family, str):
         family = get_family(family)
     name = getattr(family, "name", None)
@@ -99,7 +99,7 @@ def check_family(
             f"{name}/seed {seed}: two splits give the same task; derive the RNG from split_seed(name, split, seed)",
         )
 
-    config = EnvConfig(context_window=context_window, compaction_request="")
+    config = EnvConfig(context_window=unlimited_window, compaction_request="", max_turns=1_000)
     env = CompactionEnv(family, split="test", difficulty=difficulty, config=config)
     for i, seed in enumerate(seeds):
         where = f"{name}/test/seed {seed}"

@@ -37,7 +37,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
-from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, check_numbers
+from rl_compaction.core.configs import check_numbers, help_field
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
 from rl_compaction.core.state import (
     State,
@@ -66,38 +66,48 @@ DEFAULT_CONTINUE_NUDGE = "[harness] Continue the task with the tools, or call su
 
 @dataclass
 class EnvConfig:
-    """Harness settings of one episode.
+    """Harness settings of one episode (`EpisodeSpec` adds the task's; each field's help says what it is)."""
 
-    context_window: input tokens the model can take; an input over it ends the episode (truncated).
-    compaction_threshold: input tokens at which the harness asks for compaction (or runs its
-        strategy); default 75% of the window.
-    compaction_request: wording of the request ({tokens}, {window} are filled in); "" disables it.
-    request_role: role of the request message ("user" or "developer"), appended at the end.
-    rearm_tokens: after an edit, the harness asks again (or runs its strategy again) only once the
-        input has grown this much past its post-edit size (default a quarter of the gap between
-        threshold and window), so an edit that stays above the threshold is not re-requested
-        every turn.
-    max_turns / max_output_tokens / max_wall_s: episode limits (truncated when reached).
-    tokenizer: token counter name (see `rl_compaction.accounting.get_counter`).
-    cache_preset: cache model preset from configs/accounting.yaml.
-    success_threshold: a score at or above it counts as success.
-    """
-
-    context_window: int = DEFAULT_CONTEXT_WINDOW
-    compaction_threshold: int | None = None
-    compaction_request: str = DEFAULT_COMPACTION_REQUEST
-    request_role: str = "user"
-    rearm_tokens: int | None = None
-    continue_nudge: str = DEFAULT_CONTINUE_NUDGE
-    max_turns: int = 400
-    max_output_tokens: int = 200_000
-    max_wall_s: float | None = None
-    tokenizer: str = "o200k_base"
-    cache_preset: str = "local"
-    success_threshold: float = 1.0
-    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+    context_window: int = help_field(
+        "input tokens the model can take (and is told it can); an input over it ends the episode (truncated)",
+        default=32_768,
+    )
+    compaction_threshold: int | None = help_field(
+        "input tokens at which the harness asks for a compaction, or runs its strategy (default: 75%% of the window)",
+        default=None,
+    )
+    compaction_request: str = help_field(
+        "the request's wording ({tokens} and {window} are filled in); empty: the harness never asks",
+        default=DEFAULT_COMPACTION_REQUEST,
+    )
+    request_role: str = help_field(
+        "role of the request message, appended at the end (user or developer)", default="user"
+    )
+    rearm_tokens: int | None = help_field(
+        "after an edit the harness asks again only once the input has grown this much past its post-edit size "
+        "(default: a quarter of the gap between threshold and window), so an edit that stays above the threshold "
+        "is not re-requested every turn",
+        default=None,
+    )
+    continue_nudge: str = help_field(
+        "what the harness says after a turn with no tool call", default=DEFAULT_CONTINUE_NUDGE
+    )
+    max_turns: int = help_field("model turns per episode (truncated when reached)", default=100)
+    max_output_tokens: int = help_field("output tokens per episode (truncated when reached)", default=200_000)
+    max_wall_s: float | None = help_field("seconds per episode (truncated when reached; default: none)", default=None)
+    tokenizer: str = help_field(
+        "the units of window, threshold and cost: a tiktoken encoding, a model name or a model folder "
+        "(GRPO counts in the trained model's own tokens whatever this says)",
+        default="o200k_base",
+    )
+    cache_preset: str = help_field("the cost model's preset (configs/accounting.yaml)", default="local")
+    success_threshold: float = help_field("a task score at or above it counts as success", default=1.0)
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits, metadata={"help": "evolve's sandbox limits"})
 
     def __post_init__(self) -> None:
+        for name in ("context_window", "compaction_threshold", "compaction_request", "max_turns"):
+            if isinstance(getattr(self, name), (list, tuple, dict)):
+                raise ValueError(f"{name} holds a distribution; draw one episode's settings with EpisodeSpec.sample")
         check_numbers(self)
         if self.context_window <= 0:
             raise ValueError("context_window must be > 0")
@@ -230,7 +240,8 @@ class CompactionEnv(gym.Env):
         self.family = get_family(family) if isinstance(family, str) else family
         self.split = split
         self.difficulty = difficulty or Difficulty()
-        self.config = config or EnvConfig()
+        # one EnvConfig, with its derived values filled in (an EpisodeSpec hands over its harness settings)
+        self.config = config.env_config() if hasattr(config, "env_config") else config or EnvConfig()
         self.strategy = strategy
         self.counter = counter or get_counter(self.config.tokenizer)
         self.cache_model = get_cache_model(self.config.cache_preset)

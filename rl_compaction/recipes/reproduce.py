@@ -24,7 +24,6 @@ run itself), the way torchtune's are; split, its order would be lost.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -42,10 +41,9 @@ import yaml
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, plot_title, run_eval
-from rl_compaction.harness.env import EnvConfig
-from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
-from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, family_names
-from rl_compaction.models.registry import MARKER, check_model, counter_name
+from rl_compaction.harness.spec import EpisodeSpec
+from rl_compaction.harness.tasks import SUBMIT_TOOL
+from rl_compaction.models.registry import MARKER, check_model
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
@@ -59,6 +57,8 @@ RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
 #: the fields that hold TRL config overrides: a mapping in YAML, a JSON object on the command line (typed
 #: `dict | str | None`, as TRL types its own dict fields, so that TrlParser reads the flag as a string)
 TRL_SECTIONS = ("sft", "sft_answers", "grpo")
+#: the EpisodeSpec mappings of a recipe
+EPISODE_SECTIONS = ("episode", "eval_episode")
 
 
 #: `check_demo_settings`' names of the settings, as this recipe's fields call them
@@ -70,7 +70,7 @@ DEMO_SETTING_NAMES = {
 }
 
 #: the fields handed to stage 4's EvalConfig under their own names less the `eval_` prefix
-EVAL_FIELDS = ("eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_temperature", "eval_batch_size")
+EVAL_FIELDS = ("eval_episodes", "eval_max_new_tokens", "eval_temperature", "eval_batch_size")
 
 
 @contextmanager
@@ -93,11 +93,11 @@ class ReproduceConfig:
     model: str = help_field(
         "the model to start from: a known name (tiny, tiny-recall, smollm2-135m) or a folder", default="tiny"
     )
-    family: str = help_field("the task family of demos, training and eval", default="vault")
-    scale: float = help_field("the task's difficulty scale (its length)", default=0.2)
-    level: int = help_field("the task's difficulty level", default=1)
-    context_window: int = help_field("the agent's window, in the model's own tokens", default=4500)
-    compaction_threshold: int = help_field("context size at which the harness asks for a compaction", default=3200)
+    episode: dict[str, Any] | str | None = help_field(
+        "EpisodeSpec fields of every stage: the task family (one), its scale and level, the window (in the "
+        "model's own tokens), the threshold and the turn limit (YAML mapping; JSON on the command line)",
+        default_factory=dict,
+    )
     demo_episodes: int = help_field("oracle episodes played for the demonstrations (train seeds)", default=60)
     demo_strategies: list[str] = help_field(
         "the oracle's strategies in the demonstrations, played in turn",
@@ -122,11 +122,11 @@ class ReproduceConfig:
         "CompactionGRPOConfig fields (TRL's GRPOConfig plus env and reward) of the GRPO stage", default_factory=dict
     )
     eval_episodes: int = help_field("held-out test episodes per row (seeds 0..n-1)", default=32)
-    eval_scale: float | None = help_field(
-        "the eval's scale (default: `scale`; longer episodes test that the edits hold over more compactions)",
-        default=None,
+    eval_episode: dict[str, Any] | str | None = help_field(
+        "EpisodeSpec fields the eval plays differently from `episode` (e.g. a longer scale: the edits must hold "
+        "over more compactions)",
+        default_factory=dict,
     )
-    eval_max_turns: int = help_field("turn limit of an eval episode", default=40)
     eval_max_new_tokens: int = help_field("tokens a model row may generate per turn", default=96)
     eval_temperature: float = help_field("sampling temperature of the model rows", default=1.0)
     eval_batch_size: int = help_field("eval episodes run together (one batched model call)", default=16)
@@ -148,34 +148,26 @@ class ReproduceConfig:
         """Check every setting now, before stage 1, so a bad value is not found after 30 minutes of work."""
         check_numbers(self)
         from rl_compaction.evaluation.evaluate import MODEL_STRATEGIES, split_spec
-        from rl_compaction.harness.env import EnvConfig
         from rl_compaction.harness.oracle import ORACLE_STRATEGIES
-        from rl_compaction.harness.tasks import Difficulty
         from rl_compaction.training.sft import SFTConfig
         from rl_compaction.training.trainer import CompactionGRPOConfig
 
-        for section in TRL_SECTIONS:
+        for section in TRL_SECTIONS + EPISODE_SECTIONS:
             setattr(self, section, as_mapping(section, getattr(self, section)))
-        check_counts(
-            self, ("demo_episodes", "eval_episodes", "eval_max_turns", "eval_max_new_tokens", "eval_batch_size")
-        )
+        check_counts(self, ("demo_episodes", "eval_episodes", "eval_max_new_tokens", "eval_batch_size"))
         check_counts(self, ("unlimited_window",))
-        with _naming("level"):
-            Difficulty(scale=1.0, level=self.level)
-        for name in ("scale", "eval_scale"):
-            scale = getattr(self, name) if name == "scale" or self.eval_scale is not None else self.scale
-            if not isinstance(scale, (int, float)) or not math.isfinite(scale):
-                raise ValueError(f"{name} must be a finite number, got {scale!r}")
-            with _naming(name):
-                Difficulty(scale=scale, level=self.level)
-        EnvConfig(context_window=self.context_window, compaction_threshold=self.compaction_threshold)
+        for section in EPISODE_SECTIONS:
+            try:
+                spec = self.spec if section == "episode" else self.eval_spec
+            except (TypeError, ValueError) as e:  # an unknown key is a TypeError of the dataclass
+                raise ValueError(f"{section}: {e}") from None
+            if spec.is_distribution:
+                raise ValueError(f"{section}: a recipe plays one family at fixed settings, not a distribution")
         check_output_dir(self.output_dir)
         if self.warm_start is not None and not (Path(self.warm_start) / "config.json").is_file():
             raise ValueError(f"warm_start {self.warm_start!r} is not a model folder (no config.json there)")
-        if self.family not in family_names():
-            raise ValueError(f"family must name a known task family ({', '.join(family_names())}), got {self.family!r}")
         check_demo_settings(
-            [self.family],
+            self.spec.families,
             self.demo_episodes,
             self.demo_strategies,
             self.keep_failed,
@@ -226,13 +218,13 @@ class ReproduceConfig:
         return replace(config, **changes) if changes else config
 
     @property
-    def task(self) -> dict[str, Any]:
-        return {
-            "scale": self.scale,
-            "level": self.level,
-            "context_window": self.context_window,
-            "compaction_threshold": self.compaction_threshold,
-        }
+    def spec(self) -> EpisodeSpec:
+        """What demos, GRPO and the eval play (the eval with `eval_episode`'s changes)."""
+        return EpisodeSpec(**self.episode)
+
+    @property
+    def eval_spec(self) -> EpisodeSpec:
+        return replace(self.spec, **self.eval_episode)
 
 
 @dataclass
@@ -299,11 +291,6 @@ def grpo_settings(config: ReproduceConfig, out: Path) -> dict[str, Any]:
     return {
         "output_dir": str(out),
         "use_cpu": True,
-        "families": [config.family],
-        "difficulty_scale": config.scale,
-        "difficulty_level": config.level,
-        "context_window": config.context_window,
-        "compaction_threshold": config.compaction_threshold,
         "save_strategy": "no",
         "report_to": "wandb" if config.wandb else "none",
         "run_name": f"{Path(config.output_dir).resolve().name}-grpo",  # W&B's name of the run
@@ -315,30 +302,18 @@ def grpo_settings(config: ReproduceConfig, out: Path) -> dict[str, Any]:
 
 def eval_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> tuple[EvalConfig, EvalConfig]:
     """Stage 4's two evals: `policies` at the recipe's window, and the oracle at the unlimited window."""
+    # held-out test seeds, counted in the trained model's tokens (as GRPO counted)
+    spec = replace(config.eval_spec, split="test", tokenizer=str(out / "grpo"))
     common = {
-        "family": config.family,
-        "split": "test",
         "episodes": config.eval_episodes,
-        "max_turns": config.eval_max_turns,
         "max_new_tokens": config.eval_max_new_tokens,
         "temperature": config.eval_temperature,
         "batch_size": config.eval_batch_size,
-        "tokenizer": str(out / "grpo"),
-        "scale": config.eval_scale if config.eval_scale is not None else config.scale,
-        "level": config.level,
     }
-    windowed = EvalConfig(
-        policies=policies,
-        output_dir=str(out / "eval"),
-        context_window=config.context_window,
-        compaction_threshold=config.compaction_threshold,
-        **common,
-    )
+    windowed = EvalConfig(policies=policies, output_dir=str(out / "eval"), episode=spec, **common)
+    unlimited_spec = replace(spec, context_window=config.unlimited_window, compaction_threshold=None)
     unlimited = EvalConfig(
-        policies=["oracle@none"],
-        output_dir=str(out / "eval_unlimited"),
-        context_window=config.unlimited_window,
-        **common,
+        policies=["oracle@none"], output_dir=str(out / "eval_unlimited"), episode=unlimited_spec, **common
     )
     return windowed, unlimited
 
@@ -356,7 +331,7 @@ def run_grpo(
     model_args = ModelConfig(model_name_or_path=str(model_dir))
     args = CompactionGRPOConfig(**grpo_settings(config, out))
     prepare_wandb(args)
-    trainer = build_trainer(args, model_args, reward_fn=reward_fn)
+    trainer = build_trainer(args, config.spec, model_args, reward_fn=reward_fn)
     trainer.train()
     trainer.save_model(str(out))
     write_model_card(trainer, out, str(model_dir))
@@ -549,17 +524,15 @@ def _fresh(*folders: Path) -> None:
 def _demos_and_sft(config: ReproduceConfig, out: Path, timings: dict[str, float]) -> None:
     """Stages 1-2 into `out` (demos/, sft_answers/, sft/), skipping those `timings` records as done."""
     if "demos" not in timings:
-        start = _stage(1, 5, f"oracle demonstrations on {config.family} ({', '.join(config.demo_strategies)})")
+        start = _stage(1, 5, f"oracle demonstrations on {config.spec.family} ({', '.join(config.demo_strategies)})")
         _fresh(out / "demos")
         write_demos(
             out / "demos",
-            [config.family],
+            replace(config.spec, tokenizer=config.model),
             config.demo_episodes,
             config.demo_strategies,
             keep_failed=config.keep_failed,
             weights=config.demo_weights,
-            tokenizer_name_or_path=config.model,
-            **config.task,
         )
         _done(out, timings, "demos", start)
 
@@ -590,13 +563,10 @@ def _demos_and_sft(config: ReproduceConfig, out: Path, timings: dict[str, float]
 
 
 #: the settings stages 1-2 depend on: a warm start built with other values of these is another model
+#: (the episode's settings under their names in the markers of warm starts built before the `episode` section)
+WARM_START_EPISODE = ("family", "scale", "level", "context_window", "compaction_threshold")
 WARM_START_FIELDS = (
     "model",
-    "family",
-    "scale",
-    "level",
-    "context_window",
-    "compaction_threshold",
     "demo_episodes",
     "demo_strategies",
     "demo_weights",
@@ -618,7 +588,10 @@ WARM_START_FILES = (
 
 def warm_start_record(config: ReproduceConfig) -> dict[str, Any]:
     """The recipe's stage 1-2 settings as its warm start's marker records them (JSON values)."""
-    return json.loads(json.dumps({name: getattr(config, name) for name in WARM_START_FIELDS}))
+    spec = config.spec
+    record = {"model": config.model, **{name: getattr(spec, name) for name in WARM_START_EPISODE}}
+    record |= {name: getattr(config, name) for name in WARM_START_FIELDS[1:]}
+    return json.loads(json.dumps(record))
 
 
 def matching_warm_start(config: ReproduceConfig, folder: Path) -> Path | None:
@@ -651,51 +624,6 @@ def build_warm_start(config: ReproduceConfig, dest: Path) -> Path:
     return dest
 
 
-#: train tasks the oracle plays to find the turns a length needs (its episodes take milliseconds)
-ORACLE_TURN_TASKS = 16
-
-
-def oracle_turns(config: ReproduceConfig, scale: float, tokenizer: str, tasks: int = ORACLE_TURN_TASKS) -> int:
-    """The most turns the oracle's targeted edit takes over `tasks` train tasks at `scale`, counting in
-    `tokenizer`'s tokens: the least a turn limit must allow for a policy to succeed there."""
-    env_config = EnvConfig(
-        context_window=config.context_window,
-        compaction_threshold=config.compaction_threshold,
-        max_turns=100_000,
-        tokenizer=counter_name(tokenizer),
-    )
-    difficulty = Difficulty(scale=scale, level=config.level)
-    env = make_env(config.family, split="train", strategy="evolve", config=env_config, difficulty=difficulty)
-    try:
-        return max(run_oracle_episode(env, seed, **evolve_options("evolve"))["turns"] for seed in range(tasks))
-    finally:
-        env.close()
-
-
-def turn_limit_warnings(config: ReproduceConfig) -> list[str]:
-    """A sentence for GRPO's and the eval's turn limit where it leaves the oracle no room, as when a
-    short recipe runs at a longer length: there every row is cut off, the oracle's too. Said before
-    stage 1 and in the verdict, not refused: smoke runs cut episodes short on purpose."""
-    from rl_compaction.training.trainer import CompactionGRPOConfig
-
-    tokenizer = config.warm_start or config.model
-    eval_scale = config.eval_scale if config.eval_scale is not None else config.scale
-    grpo_turns = config.grpo.get("max_turns", CompactionGRPOConfig.max_turns)
-    needs = {scale: oracle_turns(config, scale, tokenizer) for scale in {config.scale, eval_scale}}  # once a length
-    warnings = []
-    for name, limit, scale in (
-        ("grpo.max_turns", grpo_turns, config.scale),
-        ("eval_max_turns", config.eval_max_turns, eval_scale),
-    ):
-        if limit < needs[scale]:
-            warnings.append(
-                f"warning: {name} is {limit}, but at scale {scale} the oracle's targeted edit takes up to "
-                f"{needs[scale]} turns ({ORACLE_TURN_TASKS} train tasks): episodes that need more are cut off; "
-                f"set {name} to {needs[scale]} or more"
-            )
-    return warnings
-
-
 def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any]) -> None:
     """The plots of the recipe run in `out` as W&B images, in a run of their own (job type "report",
     named after `out`) in the project of the recipe's GRPO and eval runs."""
@@ -726,9 +654,6 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
 
 def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     out, timings = _open_output(config, resume)
-    warnings = turn_limit_warnings(config)
-    for line in warnings:
-        _log(line)
     if not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
     os.environ.setdefault("WANDB_DIR", str(out))
@@ -768,7 +693,7 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     curve = plot_learning_curve(history, out / "learning_curve.png")
     if config.wandb:
         log_plots_to_wandb(out, {"success_vs_cost": plot, "learning_curve": curve}, asdict(config))
-    lines = [*verdict(rows, learned, sft, unlimited_name), *warnings]
+    lines = verdict(rows, learned, sft, unlimited_name)
     report = {
         "table": table,
         "verdict": lines,

@@ -38,20 +38,21 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, Features, List, Value
 
-from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW
 from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.render import chat_messages, chat_tools
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.core.state import State
 from rl_compaction.core.summary import EpisodeSummary
-from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy, make_env
-from rl_compaction.harness.tasks import SPLITS, SUBMIT_TOOL, Difficulty, family_names
+from rl_compaction.harness.spec import EpisodeSpec
+from rl_compaction.harness.tasks import SPLITS, SUBMIT_TOOL, family_names
 from rl_compaction.models.registry import counter_name
 from rl_compaction.protocol.evolve import EVOLVE
 
@@ -327,36 +328,41 @@ def check_demo_settings(
     return weights
 
 
+#: the episode settings a demos summary records (the model card reads them; a distribution as declared)
+DEMO_EPISODE_FIELDS = ("scale", "level", "context_window", "compaction_threshold", "tokenizer")
+#: the oracle plays each demonstration to its end: the spec's turn limit binds the policy, and an episode cut
+#: short would teach nothing (the oracle takes at most 63 turns at scale 1.0)
+DEMO_MAX_TURNS = 1_000
+
+
 def write_demos(
     out_dir: str | Path,
-    families: list[str],
+    episode: EpisodeSpec,
     episodes_per_family: int,
     strategies: list[str],
+    *,
     split: str = "train",
-    scale: float = 1.0,
-    level: int = 2,
-    context_window: int = DEFAULT_CONTEXT_WINDOW,
-    compaction_threshold: int | None = None,
-    tokenizer_name_or_path: str | None = None,
     first_seed: int = 0,
     keep_failed: list[str] | tuple[str, ...] = (),
     weights: list[int] | None = None,
 ) -> Dataset:
-    """Run the oracle and save one SFT row per clean turn of each successful episode to `out_dir`.
+    """Run the oracle on `episode`'s families and settings and save one SFT row per clean turn of each
+    successful episode to `out_dir`.
 
-    Episode k of a family plays task seed ``first_seed + k`` under the strategies in turn, each
-    taking ``weights[i]`` episodes of every cycle (default 1 each), so every strategy gets its
-    share of distinct tasks (the same task under two strategies would repeat every turn before the
-    first compaction). Weights set how often the warm-started policy picks each strategy.
-    `tokenizer_name_or_path` (a model name known to `rl_compaction.models.registry`, a local folder,
-    ``hf:PATH`` or a tiktoken encoding) counts tokens for the window and threshold; use the model
-    to be trained, so compaction requests come where they will at RL time (default: the env's
-    o200k_base estimate).
+    Episode k of a family plays task seed ``first_seed + k`` of `split` (train: demonstrations are training
+    data, whatever the spec's split says), with the settings `episode.sample` draws for that seed, under the
+    strategies in turn, each taking ``weights[i]`` episodes of every cycle (default 1 each), so every strategy
+    gets its share of distinct tasks (the same task under two strategies would repeat every turn before the
+    first compaction). Weights set how often the warm-started policy picks each strategy. The oracle plays
+    every episode to its end (`DEMO_MAX_TURNS`), whatever the spec's turn limit. The spec's
+    `tokenizer` (a model name known to `rl_compaction.models.registry`, a local folder, ``hf:PATH`` or a
+    tiktoken encoding) counts tokens for the window and threshold: use the model to be trained, so compaction
+    requests come where they will at RL time.
 
     Writes the dataset with ``save_to_disk(out_dir)`` plus `SUMMARY_FILE` (episodes, successes,
     rows and evolve rows per family and strategy) and returns it. Raises ValueError for bad
     arguments and when no episode succeeded (nothing to learn from)."""
-    families, strategies = list(families), list(strategies)
+    families, strategies = list(episode.families), list(strategies)
     check_output_dir(out_dir)
     weights = check_demo_settings(families, episodes_per_family, strategies, keep_failed, weights)
     cycle = [s for s, w in zip(strategies, weights, strict=True) for _ in range(w)]
@@ -364,27 +370,23 @@ def write_demos(
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     if first_seed < 0:
         raise ValueError(f"first_seed must be >= 0, got {first_seed}")
-    difficulty = Difficulty(scale, level)
-    counter = None if tokenizer_name_or_path is None else counter_name(tokenizer_name_or_path)
+    episode = replace(episode, tokenizer=counter_name(episode.tokenizer))
 
     with lock_output_dir(out_dir):  # one run at a time writes the folder
         rows: list[dict[str, Any]] = []
         stats: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
         bar = progress_bar(len(families) * episodes_per_family, f"oracle demonstrations ({', '.join(families)})")
         for family in families:
-            envs: dict[str, CompactionEnv] = {}
+            envs: dict[tuple[str, str], CompactionEnv] = {}
             for k in range(episodes_per_family):
-                strategy = cycle[k % len(cycle)]
-                if strategy not in envs:  # one env per strategy, reset per task: its tokenizer loads once
-                    config = EnvConfig(
-                        context_window=context_window,
-                        compaction_threshold=compaction_threshold,
-                        **({"tokenizer": counter} if counter else {}),
+                strategy, drawn = cycle[k % len(cycle)], episode.sample(first_seed + k, family)
+                drawn = replace(drawn, max_turns=DEMO_MAX_TURNS)
+                key = (strategy, repr(drawn.settings()))
+                if key not in envs:  # one env per strategy and settings: its tokenizer loads once
+                    envs[key] = make_env(
+                        family, split=split, strategy=strategy, config=drawn.env_config(), difficulty=drawn.difficulty
                     )
-                    envs[strategy] = make_env(
-                        family, split=split, strategy=strategy, config=config, difficulty=difficulty
-                    )
-                episode_rows, end = oracle_episode_rows(envs[strategy], strategy, first_seed + k)
+                episode_rows, end = oracle_episode_rows(envs[key], strategy, first_seed + k)
                 bar.update(1)
                 s = stats[family].setdefault(strategy, {"episodes": 0, "successful": 0, "rows": 0, "evolve_rows": 0})
                 s["episodes"] += 1
@@ -417,11 +419,7 @@ def write_demos(
                 "strategies": strategies,
                 "weights": weights,
                 "split": split,
-                "scale": scale,
-                "level": level,
-                "context_window": context_window,
-                "compaction_threshold": compaction_threshold,
-                "tokenizer": counter or EnvConfig.tokenizer,
+                **{name: getattr(episode, name) for name in DEMO_EPISODE_FIELDS},
                 "first_seed": first_seed,
                 "keep_failed": list(keep_failed),
             },

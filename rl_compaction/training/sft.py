@@ -285,17 +285,11 @@ def write_model_card(
     library_name, tags), what the policy is, how it was trained (GRPO: task families, env and reward
     settings; SFT: the demos' settings, read from `demos_dir`), and how to evaluate it."""
     args = trainer.args
-    grpo = hasattr(args, "families")
+    grpo = hasattr(trainer, "episode")  # the GRPO trainer's EpisodeSpec
     settings: dict[str, Any] = {}
     if grpo:
-        settings = {
-            "families": list(args.families),
-            "context_window": args.context_window,
-            "compaction_threshold": args.compaction_threshold,
-            "max_turns": args.max_turns,
-            "scale": args.difficulty_scale,
-            "level": args.difficulty_level,
-        }
+        names = ("families", "context_window", "compaction_threshold", "max_turns", "scale", "level")
+        settings = {name: getattr(trainer.episode, name) for name in names}
     elif demos_dir is not None and (Path(demos_dir) / SUMMARY_FILE).is_file():
         demo = json.loads((Path(demos_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))["settings"]
         settings = {k: demo.get(k) for k in ("families", "context_window", "compaction_threshold", "scale", "level")}

@@ -27,6 +27,7 @@ config whose fields they read; split, the algorithm would read in pieces.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -43,12 +44,12 @@ from peft import PeftModel
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
-from rl_compaction.accounting import ChatTemplateCounter, get_cache_model
-from rl_compaction.core.configs import DEFAULT_CONTEXT_WINDOW, check_numbers
+from rl_compaction.accounting import ChatTemplateCounter
+from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir
-from rl_compaction.harness.env import CompactionEnv, EnvConfig
+from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
-from rl_compaction.harness.tasks import Difficulty, family_names
+from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.training.generation import TRLGenerationPolicy, engine_awake, mark_fsdp2_for_generation
 from rl_compaction.training.microbatch import per_row_logps, trained_rows, trim_micro_batch, unpadded_logps
 from rl_compaction.training.precision import default_bf16, default_checkpointing
@@ -95,20 +96,8 @@ class CompactionGRPOConfig(GRPOConfig):
     """GRPOConfig plus the environment and reward settings (all TRL fields keep their meaning;
     `max_completion_length` is the token budget of one model turn, `num_generations` is G)."""
 
-    families: list[str] = field(default_factory=lambda: ["probe"], metadata={"help": "Task families to train on."})
-    family_weights: list[float] | None = field(
-        default=None, metadata={"help": "Sampling weights of `families` (mixture); uniform if unset."}
-    )
     train_tasks: int = field(default=256, metadata={"help": "Task seeds drawn from the train split."})
     eval_tasks: int = field(default=16, metadata={"help": "Task seeds from the validation split for evaluation."})
-    difficulty_scale: float = field(default=1.0, metadata={"help": "Tool-output volume (1.0: > 32k tokens)."})
-    difficulty_level: int = field(default=2, metadata={"help": "Difficulty level 1-3."})
-    context_window: int = field(default=DEFAULT_CONTEXT_WINDOW, metadata={"help": "The agent's window (tokens)."})
-    compaction_threshold: int | None = field(
-        default=None, metadata={"help": "Tokens at which the harness asks for compaction (default 75%% of window)."}
-    )
-    max_turns: int = field(default=64, metadata={"help": "Model turns per episode."})
-    cache_preset: str = field(default="local", metadata={"help": "Cache model preset (configs/accounting.yaml)."})
     reward_score_weight: float = field(default=1.0, metadata={"help": "Weight of the task score."})
     reward_success_bonus: float = field(default=0.5, metadata={"help": "Bonus for a successful episode."})
     reward_cost_weight: float = field(default=0.2, metadata={"help": "Weight of min(cost / cost_scale, 1)."})
@@ -166,15 +155,6 @@ class CompactionGRPOConfig(GRPOConfig):
 
     def _check_tasks(self) -> None:
         """Task settings fail here, before a model is loaded, rather than at the first rollout."""
-        known = family_names()
-        unknown = [f for f in self.families if f not in known]
-        if not self.families or unknown:
-            raise ValueError(f"unknown task families {unknown or '(none given)'}; registered: {', '.join(known)}")
-        if self.family_weights is not None:
-            if len(self.family_weights) != len(self.families):
-                raise ValueError("family_weights needs one weight per family")
-            if min(self.family_weights) < 0 or sum(self.family_weights) <= 0:
-                raise ValueError(f"family_weights must be >= 0 with a positive sum, got {self.family_weights}")
         if self.train_tasks <= 0 or self.eval_tasks <= 0:
             raise ValueError("train_tasks and eval_tasks must be > 0")
         # TRL's sampler yields only whole generation batches: with fewer tasks than one needs, no step runs,
@@ -186,9 +166,6 @@ class CompactionGRPOConfig(GRPOConfig):
                 f"({needed} = per_device_train_batch_size x processes x steps_per_generation / num_generations): "
                 "no training step would run"
             )
-        Difficulty(self.difficulty_scale, self.difficulty_level)
-        self.env_config()
-        get_cache_model(self.cache_preset)
 
     @property
     def reward_config(self) -> RewardConfig:
@@ -201,14 +178,6 @@ class CompactionGRPOConfig(GRPOConfig):
             malformed_call_penalty=self.reward_malformed_call_penalty,
             window_penalty=self.reward_window_penalty,
             limit_penalty=self.reward_limit_penalty,
-        )
-
-    def env_config(self) -> EnvConfig:
-        return EnvConfig(
-            context_window=self.context_window,
-            compaction_threshold=self.compaction_threshold,
-            max_turns=self.max_turns,
-            cache_preset=self.cache_preset,
         )
 
 
@@ -265,15 +234,18 @@ class CompactionGRPOTrainer(GRPOTrainer):
         peft_config: Any = None,
         callbacks: list | None = None,
         reward_fn: RewardFn | None = None,
+        episode: EpisodeSpec | None = None,
     ):
-        """`reward_fn(record, args.reward_config) -> {"reward": r, <term>: value, ...}` replaces the default
+        """`episode` is what every episode plays (default `EpisodeSpec()`), or a distribution drawn per task:
+        training plays its train split and evaluation its validation split, whatever its `split` says.
+        `reward_fn(record, args.reward_config) -> {"reward": r, <term>: value, ...}` replaces the default
         `record_reward` (extra terms, ablations, controls); each term is logged under reward/."""
+        self.episode = episode if episode is not None else EpisodeSpec()
+        families, weights = self.episode.families, self.episode.family_weights
         if train_dataset is None:
-            train_dataset = task_dataset(args.families, args.family_weights, "train", args.train_tasks, args.seed)
+            train_dataset = task_dataset(families, weights, "train", args.train_tasks, args.seed)
         if eval_dataset is None and args.eval_strategy != "no":
-            eval_dataset = task_dataset(
-                args.families, args.family_weights, "validation", args.eval_tasks, args.seed + 1
-            )
+            eval_dataset = task_dataset(families, weights, "validation", args.eval_tasks, args.seed + 1)
         if args.ddp_find_unused_parameters is None and (peft_config is not None or isinstance(model, PeftModel)):
             # every adapter takes part in every forward; transformers would search for unused parameters after each
             # backward (a graph walk per step) because a PeftModel is not a PreTrainedModel
@@ -306,14 +278,8 @@ class CompactionGRPOTrainer(GRPOTrainer):
     # -------------------------------------------------------------- rollouts and rows
 
     def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[CompactionEnv]:
-        args: CompactionGRPOConfig = self.args
-        difficulty = Difficulty(args.difficulty_scale, args.difficulty_level)
-        return [
-            CompactionEnv(
-                x["family"], split=split, difficulty=difficulty, config=args.env_config(), counter=self.counter
-            )
-            for x in inputs
-        ]
+        episode = dataclasses.replace(self.episode, split=split)
+        return [episode.make_env(int(x["task_seed"]), family=x["family"], counter=self.counter) for x in inputs]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
