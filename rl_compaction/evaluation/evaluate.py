@@ -41,6 +41,7 @@ from rl_compaction.core.reports import (
     targeted_share,
     wilson_interval,
 )
+from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.harness.policy import Policy, ScriptedPolicy
@@ -587,12 +588,11 @@ def log_to_wandb(config: EvalConfig, rows: list[dict[str, Any]], plot: Path, epi
     """Log the comparison to Weights & Biases; offline (no account needed) unless WANDB_MODE says otherwise."""
     import wandb
 
-    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", "rl-compaction"),  # as training's (training.wandb_resume)
+        project=wandb_project(),
         name=Path(config.output_dir).resolve().name,
         job_type="eval",
-        mode=mode,
+        mode=wandb_mode(),
         config=_plain(config),
         dir=config.output_dir,
     )

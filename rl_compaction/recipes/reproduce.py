@@ -40,6 +40,7 @@ import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
+from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, plot_title, run_eval
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.harness.tasks import SUBMIT_TOOL
@@ -47,7 +48,7 @@ from rl_compaction.models.registry import MARKER, check_model
 from rl_compaction.training.demos import check_demo_settings, write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
-from rl_compaction.training.wandb_resume import DEFAULT_PROJECT, finish_wandb, prepare_wandb
+from rl_compaction.training.wandb_resume import finish_wandb, prepare_wandb
 
 #: The recipes the package ships (read with importlib.resources, so a wheel install has them);
 #: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.
@@ -629,15 +630,12 @@ def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any
     named after `out`) in the project of the recipe's GRPO and eval runs."""
     import wandb
 
-    # the mode said here, not left to W&B's process-wide settings, which an earlier run in this process
-    # may have fixed: without an API key, offline (`wandb sync` later), as the GRPO and eval runs
-    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
+        project=wandb_project(),
         name=f"{Path(out).resolve().name}-report",
         job_type="report",
         dir=str(out),
-        mode=mode,
+        mode=wandb_mode(),
         config={"recipe": recipe},
     )
     run.log({key: wandb.Image(str(path)) for key, path in images.items()})
@@ -654,8 +652,7 @@ def run_reproduce(config: ReproduceConfig, *, resume: bool = False) -> dict[str,
 
 def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     out, timings = _open_output(config, resume)
-    if not os.environ.get("WANDB_API_KEY"):
-        os.environ.setdefault("WANDB_MODE", "offline")  # no account: log locally, `wandb sync` later
+    os.environ["WANDB_MODE"] = wandb_mode()  # no account: offline, `wandb sync` later
     os.environ.setdefault("WANDB_DIR", str(out))
     if timings:
         _log(f"resuming {out}: done already: {', '.join(timings)}")

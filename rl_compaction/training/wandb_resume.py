@@ -8,7 +8,8 @@ checkpoint left them; offline, each process writes its own folder under the same
 
 `prepare_wandb` gives every W&B run of `train`, `sft` and `reproduce` the project evaluations log to
 ("rl-compaction", unless WANDB_PROJECT says otherwise; transformers' default is "huggingface") and a name
-(the output folder's, unless `run_name` is set; transformers leaves it unnamed).
+(the output folder's, unless `run_name` is set; transformers leaves it unnamed), in the mode of
+`rl_compaction.core.wandb_settings`.
 """
 
 from __future__ import annotations
@@ -20,21 +21,20 @@ from pathlib import Path
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
+
 RUN_FILE = "wandb_run.json"
-#: the W&B project of every run here, training and evaluation (`rl_compaction.evaluation.evaluate` too)
-DEFAULT_PROJECT = "rl-compaction"
 
 
 def prepare_wandb(args: TrainingArguments) -> None:
-    """Before a trainer reporting to W&B starts: the project (WANDB_PROJECT, default `DEFAULT_PROJECT`),
+    """Before a trainer reporting to W&B starts: the project and mode (`rl_compaction.core.wandb_settings`),
     the run's name (`run_name`, default the output folder's name), its files beside the checkpoints
-    (WANDB_DIR, default `output_dir`) and, without an API key, offline mode (`wandb sync` later)."""
+    (WANDB_DIR, default `output_dir`)."""
     if "wandb" not in (args.report_to or []):
         return
-    os.environ.setdefault("WANDB_PROJECT", DEFAULT_PROJECT)
+    os.environ["WANDB_PROJECT"] = wandb_project()
     os.environ.setdefault("WANDB_DIR", args.output_dir)  # not ./wandb
-    if not os.environ.get("WANDB_API_KEY"):
-        os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ["WANDB_MODE"] = wandb_mode()
     if not args.run_name:
         args.run_name = Path(args.output_dir).resolve().name
 
