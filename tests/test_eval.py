@@ -10,7 +10,7 @@ import pytest
 from summaries import summary_info  # tests/ is on sys.path under pytest
 
 from rl_compaction.accounting import COST_PARTS
-from rl_compaction.core.reports import wilson_interval
+from rl_compaction.core.stats import wilson_interval
 from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
 from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env
@@ -171,7 +171,7 @@ def test_wilson_interval_contains_the_rate(n: int):
 def test_edit_shares_and_cost_intervals():
     """The cheap-edit shares count the model's applied edits of each kind over all episodes; a row with no
     edit has no share (not 0%), and files written before a kind was counted give none either."""
-    from rl_compaction.core.reports import asked_share, mean_interval, selection_share, targeted_share
+    from rl_compaction.core.stats import asked_share, mean_interval, selection_share, targeted_share
 
     def summary(**counts: int) -> EpisodeSummary:
         return EpisodeSummary.from_info(summary_info(**counts))

@@ -74,7 +74,7 @@ def paired_runs(
     after = measure(out / "grpo")
     logged = [h for h in history if "reward/reward" in h]
     per_step = ", ".join(
-        f"{h['reward/reward']:.2f}/{h.get('cost/total', float('nan')):.0f}/{h.get('targeted_share', float('nan')):.2f}"
+        f"{h['reward/reward']:.2f}/{h.get('mean_cost', float('nan')):.0f}/{h.get('targeted_share', float('nan')):.2f}"
         for h in logged
     )  # targeted share absent: no edit applied that step
     say(f"after {steps} GRPO steps {after:.2f} (reward/cost/targeted share per step: {per_step})")

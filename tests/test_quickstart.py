@@ -9,6 +9,7 @@ import shutil
 import pytest
 import yaml
 
+from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, run_quickstart
 from rl_compaction.recipes.reproduce import (
     CURVE_PANELS,
@@ -55,7 +56,7 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit shares
     # have one exactly when the step's episodes applied an edit)
     history = json.loads((out / "grpo" / "log_history.json").read_text())
-    edited = [h["step"] for h in history if h.get("edits/model")]
+    edited = [h["step"] for h in history if h.get("model_edits_per_episode")]
     expected = {k: edited if k in EDIT_PANELS else [1] for k, _ in CURVE_PANELS}
     assert {key: series[0] for key, series in learning_curve(history).items()} == expected
     with pytest.raises(ValueError, match="none of reward/reward"):
@@ -151,8 +152,8 @@ def test_reproduce_refuses_a_bad_setting_before_any_stage(tmp_path, capsys, bad,
     assert "error:" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
-def _row(success: float, cost: float, ci: tuple[float, float]) -> dict:
-    return {"success_rate": success, "mean_cost": cost, "success_ci95": list(ci)}
+def _row(success: float, cost: float, ci: tuple[float, float]) -> EpisodeStats:
+    return EpisodeStats(success_rate=success, mean_cost=cost, success_ci95=list(ci))
 
 
 def test_the_verdict_compares_cost_only_where_a_row_succeeds():
@@ -174,10 +175,10 @@ def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
     """Target (b) of issue 19: the learned row's cost over its solved episodes against SFT-only's, with intervals."""
     from rl_compaction.recipes.reproduce import solved_cost_line
 
-    learned = {"mean_cost_solved": 20_000.0, "cost_solved_ci95": [19_000.0, 21_000.0]}
-    line = solved_cost_line(learned, {"mean_cost_solved": 30_000.0, "cost_solved_ci95": [28_000.0, 32_000.0]})
+    learned = EpisodeStats(mean_cost_solved=20_000.0, cost_solved_ci95=[19_000.0, 21_000.0])
+    line = solved_cost_line(learned, EpisodeStats(mean_cost_solved=30_000.0, cost_solved_ci95=[28_000.0, 32_000.0]))
     assert "0.67x (+33% saved), lower beyond the 95% intervals" in line
-    line = solved_cost_line(learned, {"mean_cost_solved": 22_000.0, "cost_solved_ci95": [20_500.0, 23_500.0]})
+    line = solved_cost_line(learned, EpisodeStats(mean_cost_solved=22_000.0, cost_solved_ci95=[20_500.0, 23_500.0]))
     assert line.endswith("intervals overlap")
 
 
@@ -187,10 +188,10 @@ def test_learning_curve_axes_do_not_magnify_noise():
 
     lo, hi = _curve_limits("reward/reward", [-0.213, -0.221])
     assert hi - lo >= 0.5 and lo < -0.221 and hi > -0.213
-    lo, hi = _curve_limits("compactions", [0.0, 0.0])
+    lo, hi = _curve_limits("compactions_per_episode", [0.0, 0.0])
     assert hi - lo >= 2.0
-    assert _curve_limits("success", [0.0, 0.0]) == (-0.05, 1.05)
-    lo, hi = _curve_limits("cost/total", [25_000.0, 26_000.0])
+    assert _curve_limits("success_rate", [0.0, 0.0]) == (-0.05, 1.05)
+    lo, hi = _curve_limits("mean_cost", [25_000.0, 26_000.0])
     assert hi - lo >= 5_000  # 20% of the level at least
     lo, hi = _curve_limits("reward/reward", [-1.0, 2.0])  # a real trend keeps its own range
     assert lo <= -1.0 and hi >= 2.0 and hi - lo < 3.5
@@ -292,3 +293,12 @@ def test_a_recipe_states_its_episode_once_for_every_stage(recipe, tmp_path):
     )
     turns = max(run_oracle_episode(env, seed, **evolve_options("evolve"))["turns"] for seed in range(8))
     assert turns + 2 == spec.max_turns  # the oracle's turns, and two to spare
+
+
+def test_a_history_logged_under_the_old_names_still_draws():
+    """GRPO logs `EpisodeStats`' names since they replaced its own (`success`, `cost/total`, `compactions`); a
+    run resumed at its eval stage from a history logged before still gets its learning curve."""
+    old = [{"step": 1, "reward/reward": 0.1, "success": 0.5, "cost/total": 900.0, "compactions": 2.0}]
+    series = learning_curve(old)
+    assert series["success_rate"] == ([1], [0.5]) and series["mean_cost"] == ([1], [900.0])
+    assert series["compactions_per_episode"] == ([1], [2.0])

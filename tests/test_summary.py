@@ -12,7 +12,7 @@ import pytest
 from summaries import summary_info  # tests/ is on sys.path under pytest
 
 from rl_compaction.accounting import COST_PARTS
-from rl_compaction.core.reports import asked_share, episode_row, selection_share
+from rl_compaction.core.stats import EpisodeStats, asked_share, selection_share
 from rl_compaction.core.summary import CostParts, EpisodeSummary
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env, run_oracle_episode
@@ -57,8 +57,8 @@ def test_an_old_record_loads_with_the_newer_fields_unset_and_writes_back_unchang
     assert json.dumps(summary.to_dict()) == json.dumps(old)
     # not counted is not zero: no share, rather than 0%
     assert selection_share([summary]) is None and asked_share([summary]) is None
-    row = episode_row("old", [summary])
-    assert (row["success"], row["mean_cost"], row["truncated"]) == (1.0, 5.0, 0)
+    row = EpisodeStats.of([summary])
+    assert (row.success_rate, row.mean_cost, row.truncated, row.cost_parts) == (1.0, 5.0, 0, None)
 
 
 @pytest.mark.parametrize(

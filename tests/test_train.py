@@ -396,12 +396,13 @@ def test_two_steps_write_a_checkpoint_and_resume_continues(tmp_path, monkeypatch
     assert {
         "reward/score",
         "reward/cost",
-        "success",
-        "cost/total",
+        "success_rate",  # EpisodeStats' names, as in the eval table
+        "mean_cost",
         "cached_share",
         "peak_context",
-        "compactions",
-        "evolve_failures",
+        "compactions_per_episode",
+        "evolve_failures_per_episode",
+        "mean_turns",
         "segments_per_episode",
         # TRL's own GRPO metrics, which the override used to drop
         "reward",

@@ -21,7 +21,6 @@ import random
 import sys
 import textwrap
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -32,15 +31,11 @@ from rl_compaction.accounting import COST_PARTS
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import check_output_dir, lock_output_dir
 from rl_compaction.core.reports import (
-    asked_share,
     format_share,
-    mean_interval,
     progress_bar,
     render_table,
-    selection_share,
-    targeted_share,
-    wilson_interval,
 )
+from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
@@ -246,50 +241,13 @@ def _model_summarizer(policy: Policy | ScriptedPolicy):
 
 
 def policy_metrics(name: str, records: list[EpisodeRecord]) -> dict[str, Any]:
-    """Success with a 95% interval, score, cost and its parts, cache reuse, context, edits, time."""
-    n = len(records)
-    summaries = [r.summary for r in records]
-    ledgers = [s.ledger for s in summaries]
-    wins = sum(s.success for s in summaries)
-    lo, hi = wilson_interval(wins, n)
-
-    def avg(values: list[float]) -> float:
-        return mean(values) if values else 0.0
-
-    evolve_calls = [sum(1 for row in s.ledger_rows if row["evolve_applied"] is not None) for s in summaries]
-    solved = [s.ledger.cost for s in summaries if s.success]
-    # records written before the cost was split into parts have none: unknown (None), not 0, unless every
-    # episode has them (parts of some episodes beside the cost of all would not add up to it)
-    parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
-    known_parts = bool(parts) and len(parts) == len(ledgers)
+    """A row of the table and metrics.json: the episodes' `EpisodeStats`, plus what only records hold (time
+    per episode, and the tokens a provider reported)."""
     usage = [inv.usage for r in records for inv in r.invocations if isinstance(inv.usage, dict)]
     return {
         "policy": name,
-        "episodes": n,
-        "success_rate": wins / n if n else 0.0,
-        "success_ci95": [lo, hi],
-        "mean_score": avg([s.score for s in summaries]),
-        "mean_cost": avg([x.cost for x in ledgers]),
-        "cost_ci95": list(mean_interval([x.cost for x in ledgers])),
-        # cost at equal success: over the solved episodes only (failures end early or late, so their
-        # cost says little), with its interval
-        "mean_cost_solved": avg(solved) if solved else None,
-        "cost_solved_ci95": list(mean_interval(solved)) if solved else None,
-        "cost_parts": {k: avg([p[k] for p in parts]) for k in COST_PARTS} if known_parts else None,
-        "cached_share": avg([x.cached_share for x in ledgers]),
-        "peak_context": avg([x.peak_context_tokens for x in ledgers]),
-        "compactions_per_episode": avg([x.compactions for x in ledgers]),
-        "selection_share": selection_share(summaries),
-        "asked_share": asked_share(summaries),
-        "targeted_share": targeted_share(summaries),
-        "evolve_failures_per_episode": avg([x.evolve_failures for x in ledgers]),
-        "evolve_failure_rate": (sum(x.evolve_failures for x in ledgers) / sum(evolve_calls))
-        if sum(evolve_calls)
-        else 0.0,
-        "truncated": sum(s.truncated_reason is not None for s in summaries),
-        "ended": dict(Counter(s.truncated_reason or "answer" for s in summaries)),
-        "mean_turns": avg([s.turns for s in summaries]),
-        "mean_wall_s": avg([r.wall_s for r in records]),
+        **EpisodeStats.of([r.summary for r in records]).to_dict(),
+        "mean_wall_s": mean(r.wall_s for r in records) if records else 0.0,
         "provider_usage": {
             # a count that is not an int (a server's bad usage, kept by an older version) is skipped
             k: sum(v for u in usage if isinstance(v := u.get(k), int) and not isinstance(v, bool))

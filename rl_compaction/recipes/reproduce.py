@@ -40,6 +40,7 @@ import yaml
 
 from rl_compaction.core.configs import as_mapping, check_counts, check_numbers, help_field
 from rl_compaction.core.outputs import LOCK_FILE, check_output_dir, lock_output_dir, write_text_atomic
+from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
 from rl_compaction.evaluation.evaluate import EvalConfig, format_metrics, plot_success_vs_cost, plot_title, run_eval
 from rl_compaction.harness.spec import EpisodeSpec
@@ -346,11 +347,13 @@ def run_grpo(
 #: the edit shares only for steps whose episodes applied an edit
 CURVE_PANELS = (
     ("reward/reward", "episode reward"),
-    ("success", "success rate"),
-    ("cost/total", "cost per episode"),
+    ("success_rate", "success rate"),
+    ("mean_cost", "cost per episode"),
     ("targeted_share", "cheap-edit share (the targeted edit)"),
-    ("compactions", "compactions per episode"),
+    ("compactions_per_episode", "compactions per episode"),
 )
+#: the panels' keys in histories logged before GRPO logged `EpisodeStats` names (a run resumed at its eval)
+OLD_CURVE_KEYS = {"success_rate": "success", "mean_cost": "cost/total", "compactions_per_episode": "compactions"}
 #: the panels drawn only at steps whose episodes applied an edit
 EDIT_PANELS = ("targeted_share",)
 
@@ -358,8 +361,15 @@ EDIT_PANELS = ("targeted_share",)
 def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
     """(steps, values) of each `CURVE_PANELS` metric in TRL's log history (means over each step's
     episodes); a ValueError when the history holds none of them, so an empty plot is never drawn."""
+
+    def named(h: dict[str, Any], key: str) -> str:
+        return key if key in h or key not in OLD_CURVE_KEYS else OLD_CURVE_KEYS[key]
+
     series = {
-        key: ([h["step"] for h in history if key in h], [h[key] for h in history if key in h])
+        key: (
+            [h["step"] for h in history if named(h, key) in h],
+            [h[named(h, key)] for h in history if named(h, key) in h],
+        )
         for key, _ in CURVE_PANELS
     }
     if not any(steps for steps, _ in series.values()):
@@ -369,8 +379,8 @@ def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], 
 
 #: the smallest y-range a learning-curve panel shows (rates always show 0-1), so that noise of a
 #: few thousandths does not look like a trend and an all-zero series sits on an honest axis
-_MIN_SPAN = {"reward/reward": 0.5, "compactions": 2.0}
-_RATES = ("success", *EDIT_PANELS)
+_MIN_SPAN = {"reward/reward": 0.5, "compactions_per_episode": 2.0}
+_RATES = ("success_rate", *EDIT_PANELS)
 
 
 def _curve_limits(key: str, values: list[float]) -> tuple[float, float]:
@@ -403,26 +413,25 @@ def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: str) -> list[str]:
+def verdict(rows: dict[str, EpisodeStats], learned: str, sft: str, unlimited: str) -> list[str]:
     """Plain sentences: what the learned row is, and whether it beat each other row."""
     me = rows[learned]
-    lo, hi = me["success_ci95"]
+    lo, hi = me.success_ci95
 
-    def share(row: dict[str, Any]) -> str:
-        value = row.get("targeted_share")
-        return "" if value is None else f", cheap-edit share {value:.0%}"
+    def share(row: EpisodeStats) -> str:
+        return "" if row.targeted_share is None else f", cheap-edit share {row.targeted_share:.0%}"
 
     lines = [
-        f"learned (GRPO checkpoint): success {me['success_rate']:.0%} [{lo:.0%}, {hi:.0%}], "
-        f"mean cost {me['mean_cost']:,.0f}{share(me)}"
+        f"learned (GRPO checkpoint): success {me.success_rate:.0%} [{lo:.0%}, {hi:.0%}], "
+        f"mean cost {me.mean_cost:,.0f}{share(me)}"
     ]
     for name, row in rows.items():
         if name == learned:
             continue
-        olo, ohi = row["success_ci95"]
-        points = round(100 * (me["success_rate"] - row["success_rate"]))
-        ratio = me["mean_cost"] / max(row["mean_cost"], 1e-9)
-        if me["success_rate"] == 0 and row["success_rate"] == 0:
+        olo, ohi = row.success_ci95
+        points = round(100 * (me.success_rate - row.success_rate))
+        ratio = me.mean_cost / max(row.mean_cost, 1e-9)
+        if me.success_rate == 0 and row.success_rate == 0:
             outcome = "neither succeeds, so cost says nothing"
         elif lo > ohi:
             outcome = f"beaten on success by {points:+d} points, beyond the 95% intervals (cost ratio {ratio:.2f}x)"
@@ -434,31 +443,31 @@ def verdict(rows: dict[str, dict[str, Any]], learned: str, sft: str, unlimited: 
             outcome = f"not beaten beyond the intervals (success {points:+d} points; cost ratio {ratio:.2f}x)"
         role = "SFT-only" if name == sft else "unlimited context" if name == unlimited else "baseline"
         lines.append(
-            f"vs {role} {name}: {row['success_rate']:.0%} [{olo:.0%}, {ohi:.0%}], "
-            f"cost {row['mean_cost']:,.0f}{share(row) if name == sft else ''} -> {outcome}"
+            f"vs {role} {name}: {row.success_rate:.0%} [{olo:.0%}, {ohi:.0%}], "
+            f"cost {row.mean_cost:,.0f}{share(row) if name == sft else ''} -> {outcome}"
         )
     lines.append(solved_cost_line(me, rows[sft]))
-    ratio = me["mean_cost"] / rows[unlimited]["mean_cost"]
-    same = me["success_rate"] >= rows[unlimited]["success_rate"]
+    ratio = me.mean_cost / rows[unlimited].mean_cost
+    same = me.success_rate >= rows[unlimited].success_rate
     lines.append(
         f"learned cost / unlimited-context cost = {ratio:.2f} (target <= 0.5 at the same success"
-        + ("" if same else f"; not met: success {me['success_rate']:.0%} vs {rows[unlimited]['success_rate']:.0%}")
+        + ("" if same else f"; not met: success {me.success_rate:.0%} vs {rows[unlimited].success_rate:.0%}")
         + ")"
     )
     return lines
 
 
-def solved_cost_line(me: dict[str, Any], sft: dict[str, Any]) -> str:
+def solved_cost_line(me: EpisodeStats, sft: EpisodeStats) -> str:
     """Cost at equal success: the learned and SFT-only rows' mean cost over the episodes each solved, with
     95% intervals, and whether the learned one is lower beyond them."""
-    if me.get("mean_cost_solved") is None or sft.get("mean_cost_solved") is None:
+    if me.mean_cost_solved is None or sft.mean_cost_solved is None:
         return "cost at equal success (over solved episodes): not comparable, a row solved none"
-    (lo, hi), (slo, shi) = me["cost_solved_ci95"], sft["cost_solved_ci95"]
-    ratio = me["mean_cost_solved"] / sft["mean_cost_solved"]
+    (lo, hi), (slo, shi) = me.cost_solved_ci95, sft.cost_solved_ci95
+    ratio = me.mean_cost_solved / sft.mean_cost_solved
     outcome = "lower beyond the 95% intervals" if hi < slo else "intervals overlap"
     return (
-        f"cost at equal success (over solved episodes): learned {me['mean_cost_solved']:,.0f} [{lo:,.0f}, {hi:,.0f}] "
-        f"vs SFT-only {sft['mean_cost_solved']:,.0f} [{slo:,.0f}, {shi:,.0f}] = {ratio:.2f}x ({1 - ratio:+.0%} "
+        f"cost at equal success (over solved episodes): learned {me.mean_cost_solved:,.0f} [{lo:,.0f}, {hi:,.0f}] "
+        f"vs SFT-only {sft.mean_cost_solved:,.0f} [{slo:,.0f}, {shi:,.0f}] = {ratio:.2f}x ({1 - ratio:+.0%} "
         f"saved), {outcome}"
     )
 
@@ -690,7 +699,7 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     curve = plot_learning_curve(history, out / "learning_curve.png")
     if config.wandb:
         log_plots_to_wandb(out, {"success_vs_cost": plot, "learning_curve": curve}, asdict(config))
-    lines = verdict(rows, learned, sft, unlimited_name)
+    lines = verdict({k: EpisodeStats.from_dict(r) for k, r in rows.items()}, learned, sft, unlimited_name)
     report = {
         "table": table,
         "verdict": lines,

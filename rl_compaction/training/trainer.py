@@ -47,6 +47,7 @@ from trl.trainer.utils import pad
 from rl_compaction.accounting import ChatTemplateCounter
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir
+from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.spec import EpisodeSpec
@@ -190,6 +191,15 @@ def task_dataset(families: list[str], weights: list[float] | None, split: str, n
         for i, family in enumerate(picks)
     ]
     return Dataset.from_list(rows)
+
+
+def episode_metrics(stats: EpisodeStats) -> dict[str, float]:
+    """The figures GRPO logs at a step: every number of `stats` (a share that is None, where no model edit
+    applied, is left out), the cost by part as cost_parts/PART, and how episodes ended as shares, ended/REASON."""
+    flat = {k: float(v) for k, v in stats.to_dict().items() if isinstance(v, (int, float)) and k != "episodes"}
+    flat |= {f"cost_parts/{k}": v for k, v in (stats.cost_parts or {}).items()}
+    flat |= {f"ended/{k}": n / stats.episodes for k, n in stats.ended.items()}
+    return flat
 
 
 def _ended(completion: list[int], stop_ids: set[int]) -> bool:
@@ -447,42 +457,15 @@ class CompactionGRPOTrainer(GRPOTrainer):
         rewards: list[dict[str, float]],
         rows: list[tuple[Segment, float]],
     ) -> None:
-        """Per-episode means, gathered over processes: reward parts, success, cost, cache, context, edits."""
-        per_episode = []
-        for record, reward in zip(records, rewards, strict=True):
-            summary = record.summary
-            ledger = summary.ledger
-            per_episode.append(
-                {
-                    **{f"reward/{k}": v for k, v in reward.items()},
-                    "success": float(summary.success),
-                    "score": float(summary.score),
-                    "cost/total": ledger.cost,
-                    "cost/uncached_input": ledger.uncached_tokens,
-                    "cost/cached_input": ledger.cached_tokens,
-                    "cost/output": ledger.output_tokens,
-                    "cached_share": ledger.cached_share,
-                    "peak_context": ledger.peak_context_tokens,
-                    "compactions": ledger.compactions,
-                    "evolve_failures": ledger.evolve_failures,
-                    "edits/model": summary.model_edits or 0,
-                    "edits/selection": summary.selection_edits or 0,
-                    "edits/asked": summary.asked_edits or 0,
-                    "edits/targeted": summary.targeted_edits or 0,
-                    "turns": summary.turns,
-                    "window_truncated": float(summary.truncated_reason == "context_window"),
-                }
-            )
-        gathered = gather_object(per_episode)
-        for key in per_episode[0] if per_episode else []:
-            values = [e[key] for e in gathered]
-            self._metrics[mode][key].append(sum(values) / len(values))
-        # the edit shares: of the model's applied edits this step, those that left what the oracle's targeted
-        # edit leaves (the cheap-edit share), that only selected items, and that answered a request
-        edits = sum(e["edits/model"] for e in gathered)
-        if edits:
-            for key in ("targeted", "selection", "asked"):
-                self._metrics[mode][f"{key}_share"].append(sum(e[f"edits/{key}"] for e in gathered) / edits)
+        """The step's `EpisodeStats` over every process's episodes (success, cost and its parts, cache, context,
+        edits and their shares, how episodes ended), and the mean of each reward term, under the names the eval
+        table uses. A share is logged only at steps whose episodes applied a model edit."""
+        gathered = gather_object([(record.summary, reward) for record, reward in zip(records, rewards, strict=True)])
+        for key in gathered[0][1] if gathered else []:
+            self._metrics[mode][f"reward/{key}"].append(sum(reward[key] for _, reward in gathered) / len(gathered))
+        if gathered:
+            for key, value in episode_metrics(EpisodeStats.of([summary for summary, _ in gathered])).items():
+                self._metrics[mode][key].append(value)
         trained = sum(s.trained_tokens for s, _ in rows)
         self._metrics[mode]["segments_per_episode"].append(
             len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))

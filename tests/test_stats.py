@@ -1,0 +1,48 @@
+"""`EpisodeStats`: one computation of an episode set's figures, read under one set of names by the eval
+table and metrics.json, GRPO's logged metrics and the oracle table (four computations, four naming schemes,
+before)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rl_compaction.core.reports import oracle_table
+from rl_compaction.core.stats import EpisodeStats
+from rl_compaction.evaluation.evaluate import policy_metrics
+from rl_compaction.harness.oracle import OracleScriptedPolicy
+from rl_compaction.harness.rollout import rollout
+from rl_compaction.harness.spec import EpisodeSpec
+from rl_compaction.training.trainer import episode_metrics
+
+
+def _records(strategy: str, n: int = 3):
+    """The oracle's episodes: with its targeted edit, or ignoring the (then unsent) requests, cut off at the window."""
+    spec = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
+    if strategy == "none":
+        spec = replace(spec, compaction_request="")
+    return rollout(OracleScriptedPolicy(strategy), [spec.make_env() for _ in range(n)], list(range(n)))
+
+
+def test_the_eval_row_grpo_metrics_and_the_oracle_table_read_one_computation():
+    records = [*_records("evolve"), *_records("none", 2)]  # the oracle ignoring requests: cut off at the window
+    summaries = [r.summary for r in records]
+    stats = EpisodeStats.of(summaries)
+    assert (stats.episodes, stats.success_rate, stats.ended) == (5, 0.6, {"answer": 3, "context_window": 2})
+    assert stats.mean_cost_solved is not None and stats.targeted_share == 1.0  # every model edit the oracle's own
+    row = policy_metrics("p", records)
+    assert {k: row[k] for k in stats.to_dict()} == stats.to_dict()
+    logged = episode_metrics(stats)
+    assert logged["success_rate"] == stats.success_rate and logged["mean_cost"] == stats.mean_cost
+    assert (logged["ended/answer"], logged["ended/context_window"]) == (0.6, 0.4)
+    assert "success_ci95" not in logged and "episodes" not in logged
+    assert f"{stats.success_rate:.0%} [" in oracle_table("vault", "test", 3300, {"mixed": summaries})
+    assert EpisodeStats.from_dict(row) == stats  # metrics.json reads back
+
+
+def test_stats_of_rows_written_before_a_figure_existed():
+    """A metrics.json row from before the edit shares and the per-episode edit count reads back with them unset."""
+    stats = EpisodeStats.of([r.summary for r in _records("evolve", 1)])
+    old = {k: v for k, v in stats.to_dict().items() if k not in ("model_edits_per_episode", "targeted_share")}
+    back = EpisodeStats.from_dict({**old, "policy": "oracle@evolve"})
+    assert back.model_edits_per_episode == 0.0 and back.targeted_share is None and back.mean_cost == stats.mean_cost
+    assert EpisodeStats.of([]).success_rate == 0.0 and EpisodeStats.of([]).success_ci95 == [0.0, 1.0]
