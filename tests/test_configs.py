@@ -264,17 +264,15 @@ def test_accelerate_config_produces_its_launch_environment(path):
     assert {k: env.get(k) for k in expected_env} == expected_env
 
 
-def test_the_packaged_configs_equal_the_user_facing_copies():
-    """The code reads the packaged copies (importlib.resources, so a wheel has them); configs/ is what
-    users read and edit, and the two must not drift."""
+def test_the_package_reads_the_one_copy_of_each_config():
+    """The cost presets and the recipes were kept twice (rl_compaction/data/ and configs/), equal by a test;
+    configs/ is now installed itself, so what users read and edit is what the package reads."""
     from rl_compaction.accounting import default_presets_path
     from rl_compaction.recipes.reproduce import RECIPES
 
-    assert default_presets_path().read_bytes() == (CONFIGS / "accounting.yaml").read_bytes()
-    shipped = sorted(p.name for p in RECIPES.glob("*.yaml"))
-    assert shipped == sorted(p.name for p in (CONFIGS / "reproduce").glob("*.yaml"))
-    for name in shipped:
-        assert (RECIPES / name).read_bytes() == (CONFIGS / "reproduce" / name).read_bytes(), name
+    assert default_presets_path().resolve() == (CONFIGS / "accounting.yaml").resolve()
+    assert RECIPES.resolve() == (CONFIGS / "reproduce").resolve()
+    assert not (CONFIGS.parent / "rl_compaction" / "data").exists()
 
 
 def test_gpu_extras_take_the_versions_trl_supports():

@@ -30,6 +30,7 @@ info = run_oracle_episode(env.unwrapped, 0, use_evolve=True)
 assert info["success"], info
 ReproduceConfig.from_yaml(RECIPES / "quickstart.yaml", output_dir="qs")
 assert str(resolve_model("tiny-recall")).startswith(sys.argv[1])
+assert str(RECIPES).startswith(sys.argv[1]), RECIPES
 print("ok")
 """
 
@@ -59,7 +60,11 @@ def test_the_package_list_names_every_package_folder() -> None:
     """pyproject.toml lists the packages (setuptools maps envs/ to `rl_compaction_envs` only for listed ones):
     a new layer or family folder missing from the list would be missing from every wheel."""
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    roots = {"rl_compaction": ROOT / "rl_compaction", "rl_compaction_envs": ROOT / "envs"}
+    roots = {
+        "rl_compaction": ROOT / "rl_compaction",
+        "rl_compaction_envs": ROOT / "envs",
+        "rl_compaction_configs": ROOT / "configs",
+    }
     folders = {
         ".".join((name, *init.parent.relative_to(folder).parts))
         for name, folder in roots.items()

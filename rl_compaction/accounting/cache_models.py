@@ -1,5 +1,5 @@
 """Cache models: which input tokens a provider serves from its prompt cache and what each token costs
-(the presets in data/accounting.yaml, and `local_cache_model` for a self-served model's shape)."""
+(the presets in configs/accounting.yaml, and `local_cache_model` for a self-served model's shape)."""
 
 from __future__ import annotations
 
@@ -134,9 +134,9 @@ def local_cache_model(shape: ServingShape) -> CacheModel:
 
 
 def default_presets_path() -> Path:
-    """The presets the package ships (rl_compaction/data/accounting.yaml, read with importlib.resources,
-    so a wheel install has them too); configs/accounting.yaml is the user-facing copy, kept equal by a test."""
-    return Path(str(resources.files("rl_compaction") / "data" / "accounting.yaml"))
+    """The presets the package ships: configs/accounting.yaml, installed as `rl_compaction_configs` and read
+    with importlib.resources, so a wheel install has them too."""
+    return Path(str(resources.files("rl_compaction_configs") / "accounting.yaml"))
 
 
 def _read_presets(path: str | Path | None) -> tuple[str, dict[str, CacheModel]]:

@@ -51,9 +51,9 @@ from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
 from rl_compaction.training.wandb_resume import finish_wandb, prepare_wandb
 
-#: The recipes the package ships (read with importlib.resources, so a wheel install has them);
-#: configs/reproduce/ holds the user-facing copies, kept equal by tests/test_configs.py.
-RECIPES = Path(str(resources.files("rl_compaction") / "data" / "reproduce"))
+#: The recipes: configs/reproduce/, installed as `rl_compaction_configs` and read with importlib.resources
+#: (a wheel install has them too)
+RECIPES = Path(str(resources.files("rl_compaction_configs") / "reproduce"))
 
 
 #: the fields that hold TRL config overrides: a mapping in YAML, a JSON object on the command line (typed
