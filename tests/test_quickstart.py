@@ -16,6 +16,7 @@ from rl_compaction.recipes.reproduce import (
     EDIT_PANELS,
     RECIPES,
     ReproduceConfig,
+    compose_recipe,
     learning_curve,
     parse_reproduce_args,
     verdict,
@@ -101,7 +102,7 @@ def test_reproduce_reads_recipes_the_trl_way(tmp_path):
     """TRL's TrlParser reads every shipped recipe exactly as its YAML says (it replaced a hand-written
     reader, issue 22 item 3), and any field given as a flag after --config overrides the file's value."""
     for path in sorted(RECIPES.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = compose_recipe(path)
         config, resume = parse_reproduce_args(["--config", str(path)])
         assert {key: getattr(config, key) for key in data} == data and not resume, path.name
     flags = ["--output-dir", str(tmp_path / "o"), "--eval_episodes", "8", "--grpo", '{"max_steps": 2}', "--resume"]
@@ -302,3 +303,22 @@ def test_a_history_logged_under_the_old_names_still_draws():
     series = learning_curve(old)
     assert series["success_rate"] == ([1], [0.5]) and series["mean_cost"] == ([1], [900.0])
     assert series["compactions_per_episode"] == ([1], [2.0])
+
+
+def test_the_quickstart_is_the_reproduction_recipe_with_a_few_changes(tmp_path):
+    """quickstart.yaml was a copy of vault-tiny-cpu.yaml differing in five values; it now names it as its
+    `base` and gives only what differs (a mapping key by key); a base that is missing or loops is refused."""
+    quick, full = (ReproduceConfig.from_yaml(RECIPES / name) for name in ("quickstart.yaml", "vault-tiny-cpu.yaml"))
+    differ = {f.name for f in dataclasses.fields(ReproduceConfig) if getattr(quick, f.name) != getattr(full, f.name)}
+    assert differ == {"output_dir", "episode", "wandb"}
+    assert {k for k in quick.episode if quick.episode[k] != full.episode[k]} == {"scale", "max_turns"}
+    assert "base" in yaml.safe_load(QUICKSTART_CONFIG.read_text()) and len(QUICKSTART_CONFIG.read_text()) < 1500
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nmodel: tiny\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ValueError, match="itself or one of its own bases"):
+        ReproduceConfig.from_yaml(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(FileNotFoundError, match="its base recipe .*nowhere.yaml does not exist"):
+        ReproduceConfig.from_yaml(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text(f"base: {RECIPES / 'quickstart.yaml'}\nepisode: {{scale: 0.05}}\n")
+    assert ReproduceConfig.from_yaml(tmp_path / "d.yaml").episode == {**quick.episode, "scale": 0.05}

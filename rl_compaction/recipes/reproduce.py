@@ -263,9 +263,11 @@ def parse_reproduce_args(argv: list[str]) -> tuple[ReproduceConfig, bool]:
         (ReproduceConfig, ReproduceRunArguments), prog="rl-compaction reproduce", description=CONFIG_HELP
     )
     try:
-        config, run, from_file, _ = parser.parse_args_and_config(
-            argv, return_remaining_strings=True, separate_remaining_strings=True
-        )
+        with _composed(path) as recipe:  # TRL's parser reads the recipe with its base's settings merged in
+            argv[argv.index("--config") + 1] = str(recipe)
+            config, run, from_file, _ = parser.parse_args_and_config(
+                argv, return_remaining_strings=True, separate_remaining_strings=True
+            )
     except yaml.YAMLError as e:
         raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     except ValueError as e:  # TRL's words for a file that is no mapping, or a bad value's own (names its field)
@@ -277,6 +279,46 @@ def parse_reproduce_args(argv: list[str]) -> tuple[ReproduceConfig, bool]:
         valid = ", ".join(sorted(f.name for f in fields(ReproduceConfig)))
         raise ValueError(f"{path}: unknown field(s) {', '.join(unknown)}; valid: {valid}")
     return config, run.resume
+
+
+def compose_recipe(path: Path, seen: tuple[Path, ...] = ()) -> Any:
+    """A recipe's settings with those of its `base` (a recipe file, relative to this one) underneath: a key
+    the recipe gives replaces the base's, a mapping (episode, sft, grpo, ...) key by key. A file that is no
+    mapping comes back as it is, for the parser to refuse."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "base" not in data:
+        return data
+    base = path.parent / str(data.pop("base"))
+    if base.resolve() in seen or base.resolve() == path.resolve():
+        raise ValueError(f"{path}: its base {base} is itself or one of its own bases")
+    if not base.is_file():
+        raise FileNotFoundError(f"{path}: its base recipe {base} does not exist")
+    under = compose_recipe(base, (*seen, path.resolve()))
+    if not isinstance(under, dict):
+        raise ValueError(f"{base} (the base of {path}) is not a mapping of ReproduceConfig fields")
+    return {
+        **under,
+        **{
+            k: {**under[k], **v} if isinstance(v, dict) and isinstance(under.get(k), dict) else v
+            for k, v in data.items()
+        },
+    }
+
+
+@contextmanager
+def _composed(path: Path) -> Iterator[Path]:
+    """`path` itself, or, for a recipe with a `base`, a temporary file of the composed settings."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or "base" not in raw:
+        yield path
+        return
+    data = compose_recipe(path)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8", delete=False) as f:
+        yaml.safe_dump(data, f, sort_keys=False)
+    try:
+        yield Path(f.name)
+    finally:
+        os.unlink(f.name)
 
 
 def _stage(n: int, total: int, title: str) -> float:
