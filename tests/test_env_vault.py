@@ -9,6 +9,7 @@ from rl_compaction_envs.vault.family import EVOLVE_CODE, KEY_WORDS, VaultFamily,
 
 from rl_compaction.harness.checker import check_family
 from rl_compaction.harness.env import EnvConfig
+from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
 from rl_compaction.harness.tasks import Difficulty
 from rl_compaction.models.registry import resolve_model
@@ -30,7 +31,7 @@ def _pair(strategies: tuple[str, str], window: int, threshold: int, counter: str
     runs = []
     for strategy in strategies:
         env = make_env("vault", split="validation", strategy=strategy, config=config, difficulty=difficulty)
-        runs.append(run_oracle_episode(env, seed, **evolve_options(strategy)))
+        runs.append(run_oracle_episode(LabelEdits(env), seed, **evolve_options(strategy)))  # targeted edits counted
     return tuple(runs)
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from rl_compaction.core.reports import oracle_table
 from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.evaluation.evaluate import policy_metrics
+from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import OracleScriptedPolicy
 from rl_compaction.harness.rollout import rollout
 from rl_compaction.harness.spec import EpisodeSpec
@@ -20,7 +21,7 @@ def _records(strategy: str, n: int = 3):
     spec = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
     if strategy == "none":
         spec = replace(spec, compaction_request="")
-    return rollout(OracleScriptedPolicy(strategy), [spec.make_env() for _ in range(n)], list(range(n)))
+    return rollout(OracleScriptedPolicy(strategy), [LabelEdits(spec.make_env()) for _ in range(n)], list(range(n)))
 
 
 def test_the_eval_row_grpo_metrics_and_the_oracle_table_read_one_computation():

@@ -38,6 +38,7 @@ from rl_compaction.core.reports import (
 from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
 from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import ORACLE_STRATEGIES, OracleScriptedPolicy
 from rl_compaction.harness.policy import Policy, ScriptedPolicy
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, read_jsonl, rollout, write_jsonl
@@ -201,7 +202,7 @@ def make_policy(name: str, strategy: str, config: EvalConfig) -> Policy | Script
     )
 
 
-def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy, n: int) -> list[CompactionEnv]:
+def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy, n: int) -> list[LabelEdits]:
     harness = None
     if strategy in HARNESS_STRATEGIES:
         harness = HARNESS_STRATEGIES[strategy]()
@@ -210,7 +211,7 @@ def make_envs(config: EvalConfig, strategy: str, policy: Policy | ScriptedPolicy
     episode = replace(config.episode, tokenizer=counter_name(config.episode.tokenizer))
     if strategy == "none":  # the agent is never asked
         episode = replace(episode, compaction_request="")
-    return [episode.make_env(strategy=harness) for _ in range(n)]
+    return [LabelEdits(episode.make_env(strategy=harness)) for _ in range(n)]  # targeted% needs the labels
 
 
 SUMMARY_REQUEST = (

@@ -38,7 +38,7 @@ from gymnasium.error import ResetNeeded
 
 from rl_compaction.accounting import Ledger, TokenCounter, get_cache_model, get_counter
 from rl_compaction.core.configs import check_numbers, help_field
-from rl_compaction.core.sandbox import SandboxLimits, run_evolve
+from rl_compaction.core.sandbox import SandboxLimits
 from rl_compaction.core.state import (
     State,
     StateError,
@@ -123,6 +123,28 @@ class EnvConfig:
             raise ValueError("max_turns and max_output_tokens must be > 0")
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """What `step` restores when a turn raised half-way (a bug in a task or strategy): the env's own fields,
+    and the lengths of its append-only lists. The State is never changed in place, so keeping the reference
+    keeps it. (The ledger row is recorded after every step that can fail; what a task keeps inside itself
+    is the task's.)"""
+
+    state: State
+    turn: int
+    output_tokens: int
+    answer: str | None
+    score: float
+    requested: bool
+    armed_at: int
+    compaction_requests: int
+    call_counter: int
+    input_ids: list[int]
+    history: int
+    events: int
+    state_versions: int
+
+
 class InvalidAction(ValueError):
     """An action that is not one model turn (the policy wrapper's bug, not the model's): `step`
     raises it before changing anything."""
@@ -155,6 +177,8 @@ class _Turn:
 
 #: A harness strategy: given the State (ending with a pending evolve call) returns evolve code.
 HarnessStrategy = Callable[[State, "CompactionEnv"], str]
+#: describes an edit the model applied: (env, State before, the evolve call, State after) -> event fields
+EditLabel = Callable[["CompactionEnv", State, dict[str, Any], State], dict[str, Any]]
 
 
 class JSONSpace(gym.Space):
@@ -250,6 +274,7 @@ class CompactionEnv(gym.Env):
         self.action_space = JSONSpace(_check_action, _example_action)
         self.task: Task | None = None
         self._reset_failed = False
+        self._edit_labels: list[EditLabel] = []
 
     # ------------------------------------------------------------------ gym API
 
@@ -351,34 +376,29 @@ class CompactionEnv(gym.Env):
         self._ended = terminated or truncated
         return self._observation(), reward, terminated, truncated, info
 
-    _SCALARS = (
-        "state",
-        "turn",
-        "output_tokens",
-        "answer",
-        "score",
-        "_requested",
-        "_armed_at",
-        "compaction_requests",
-        "_call_counter",
-        "_input_ids",
-    )
+    def _bookmark(self) -> _Snapshot:
+        return _Snapshot(
+            state=self.state,
+            turn=self.turn,
+            output_tokens=self.output_tokens,
+            answer=self.answer,
+            score=self.score,
+            requested=self._requested,
+            armed_at=self._armed_at,
+            compaction_requests=self.compaction_requests,
+            call_counter=self._call_counter,
+            input_ids=self._input_ids,
+            history=len(self.history),
+            events=len(self.events),
+            state_versions=len(self.state_versions),
+        )
 
-    def _bookmark(self) -> dict[str, Any]:
-        """What `_rewind` needs to undo a step that raised half-way (a bug in a task or strategy):
-        the env's own fields and the lengths of its append-only lists. The State is never changed
-        in place, so keeping the reference keeps it. (The ledger row is recorded after every step
-        that can fail; what a task keeps inside itself is the task's.)"""
-        saved = {name: getattr(self, name) for name in self._SCALARS}
-        saved["lengths"] = (len(self.history), len(self.events), len(self.state_versions))
-        return saved
-
-    def _rewind(self, saved: dict[str, Any]) -> None:
-        lengths = saved.pop("lengths")
-        for name, value in saved.items():
-            setattr(self, name, value)
-        for items, n in zip((self.history, self.events, self.state_versions), lengths, strict=True):
-            del items[n:]
+    def _rewind(self, saved: _Snapshot) -> None:
+        self.state, self.turn, self.output_tokens = saved.state, saved.turn, saved.output_tokens
+        self.answer, self.score, self._requested = saved.answer, saved.score, saved.requested
+        self._armed_at, self.compaction_requests = saved.armed_at, saved.compaction_requests
+        self._call_counter, self._input_ids = saved.call_counter, saved.input_ids
+        del self.history[saved.history :], self.events[saved.events :], self.state_versions[saved.state_versions :]
 
     def close(self) -> None:
         """Release the family's resources (e.g. a simulator process); the env may be reset again
@@ -569,6 +589,7 @@ class CompactionEnv(gym.Env):
             limits=self.config.sandbox,
             output_weight=self.cache_model.output_weight,
             evolve_call_tokens=evolve_tokens,
+            validated=True,  # the State is the env's own; the call was checked when the action was read
         )
         self.history.extend(copy.deepcopy([call, outcome.state[-1]]))
         self.state = outcome.state
@@ -585,8 +606,9 @@ class CompactionEnv(gym.Env):
                 "by": "harness" if by_harness else "model",
                 "selection": outcome.selection,
                 "asked": asked,
-                "targeted": None if by_harness or not outcome.applied else self._as_oracle(before, call, outcome.state),
                 **outcome.receipt,
+                # what the opt-in labels say of an edit the model applied (`add_edit_label`, `harness.labels`)
+                **(self._label(before, call, outcome.state) if outcome.applied and not by_harness else {}),
             }
         )
         if outcome.applied:
@@ -599,14 +621,14 @@ class CompactionEnv(gym.Env):
                 }
             )
 
-    def _as_oracle(self, before: State, call: dict[str, Any], after: State) -> bool | None:
-        """Whether an applied edit left exactly what the task oracle's own targeted edit leaves on the same
-        State (the cheap edit by content); None where the family's oracle has no targeted edit."""
-        code = self.task.oracle().evolve_code(before)
-        if code is None:
-            return None
-        result = run_evolve(before + [call], code, self.config.sandbox)
-        return result.ok and result.state == after[:-1]
+    def add_edit_label(self, label: EditLabel) -> None:
+        """Have `label(env, before, call, after)` describe every edit the model applies from now on: the
+        fields it returns join the edit's event (`rl_compaction.harness.labels.LabelEdits` adds one). The env
+        itself does no analysis of an edit beyond its protocol's receipt."""
+        self._edit_labels.append(label)
+
+    def _label(self, before: State, call: dict[str, Any], after: State) -> dict[str, Any]:
+        return {k: v for label in self._edit_labels for k, v in label(self, before, call, after).items()}
 
     def _on_threshold(self) -> None:
         """At the threshold: run the harness strategy if there is one, else ask the model (once)."""
@@ -674,12 +696,14 @@ def edit_counts(events: list[dict[str, Any]]) -> dict[str, int]:
     (`asked_edits`; the others were made unasked, while the window still had room) and how many left
     exactly what the task oracle's targeted edit leaves (`targeted_edits`), from an episode's events."""
     edits = [e for e in events if e["event"] == "evolve" and e.get("by") == "model" and e.get("applied")]
-    return {
+    counts = {
         "model_edits": len(edits),
         "selection_edits": sum(bool(e.get("selection")) for e in edits),
         "asked_edits": sum(bool(e.get("asked")) for e in edits),
-        "targeted_edits": sum(bool(e.get("targeted")) for e in edits),
     }
+    if all("targeted" in e for e in edits):  # labelled (`harness.labels`); else unknown, not 0: left out
+        counts["targeted_edits"] = sum(bool(e["targeted"]) for e in edits)
+    return counts
 
 
 def _output(call: dict[str, Any], payload: Any) -> dict[str, Any]:

@@ -170,7 +170,8 @@ def run_oracle_episode(
 ) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
-    policy = OraclePolicy(env.task.oracle(), env, use_evolve=use_evolve, edit=edit, eager=eager)
+    raw = env.unwrapped  # wrappers step the env; the oracle reads its task
+    policy = OraclePolicy(raw.task.oracle(), raw, use_evolve=use_evolve, edit=edit, eager=eager)
     while True:
         obs, _, terminated, truncated, info = env.step(policy.act(obs))
         if terminated or truncated:

@@ -143,13 +143,14 @@ def rollout(
     for env, seed, ep in zip(envs, seeds, episode_ids, strict=True):
         obs, info = env.reset(seed=seed)
         observations.append(obs)
+        raw = env.unwrapped  # the env's own fields; a wrapper (e.g. `harness.labels.LabelEdits`) steps it
         records.append(
-            EpisodeRecord(policy.name, env.family.name, env.split, info["task_seed"], ep, dict(settings or {}))
+            EpisodeRecord(policy.name, raw.family.name, raw.split, info["task_seed"], ep, dict(settings or {}))
         )
     active = list(range(len(envs)))
     while active if any_active is None else any_active(bool(active)):
         if isinstance(policy, ScriptedPolicy):
-            turns = [policy.act_env(envs[i], observations[i]) for i in active]
+            turns = [policy.act_env(envs[i].unwrapped, observations[i]) for i in active]
         else:
             turns = policy.act([observations[i] for i in active])
         if len(turns) != len(active):
@@ -157,11 +158,11 @@ def rollout(
         still = []
         for i, turn in zip(active, turns, strict=True):
             env = envs[i]
-            _record_turn(records[i], env.turn + 1, turn)
+            _record_turn(records[i], env.unwrapped.turn + 1, turn)
             observations[i], _, terminated, truncated, info = env.step(turn.as_action())
             if terminated or truncated:
                 records[i].info = info
-                records[i].state_versions = env.state_versions
+                records[i].state_versions = env.unwrapped.state_versions
             else:
                 still.append(i)
         if on_step:

@@ -123,19 +123,22 @@ def apply_evolve(
     limits: SandboxLimits | None = None,
     output_weight: float = 1.0,
     evolve_call_tokens: int | None = None,
+    validated: bool = False,
 ) -> EvolveOutcome:
     """Execute the pending evolve call that ends `state` and append its receipt.
 
     `instructions` and `tools` are the system text and tool list the model sees; they enter the
     token counts (before/after exclude the pending call and its receipt). `evolve_call_tokens`
-    is what the policy really generated for the call; when None the counter estimates it.
+    is what the policy really generated for the call; when None the counter estimates it. `validated`:
+    the caller vouches that `state` is a valid State ending in the call (the env's own State, which was
+    validated when it became the State, plus a call it has checked), so it is not validated again.
     Raises StateError / ProtocolError when `state` itself is not a State ending in a pending
     evolve call (a harness bug, not the agent's); the agent's mistakes go into the receipt.
     """
     if not isinstance(state, list) or not state or not isinstance(state[-1], dict) or not is_evolve_call(state[-1]):
         raise ProtocolError("the State must end with the pending evolve function_call")
     call_id = state[-1].get("call_id")
-    current = validate_state(state, pending_call_id=call_id)
+    current = state if validated else validate_state(state, pending_call_id=call_id)
     pending = current[-1]
     counter = counter or get_counter("o200k_base")
     tools = [EVOLVE_TOOL] if tools is None else tools

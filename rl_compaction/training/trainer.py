@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import gymnasium as gym
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
@@ -48,7 +49,7 @@ from rl_compaction.accounting import ChatTemplateCounter
 from rl_compaction.core.configs import check_numbers
 from rl_compaction.core.outputs import check_output_dir
 from rl_compaction.core.stats import EpisodeStats
-from rl_compaction.harness.env import CompactionEnv
+from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.rollout import EpisodeRecord, closing_envs, rollout
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.training.generation import TRLGenerationPolicy, engine_awake, mark_fsdp2_for_generation
@@ -287,9 +288,12 @@ class CompactionGRPOTrainer(GRPOTrainer):
 
     # -------------------------------------------------------------- rollouts and rows
 
-    def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[CompactionEnv]:
+    def _make_envs(self, inputs: list[dict[str, Any]], split: str) -> list[gym.Env]:
         episode = dataclasses.replace(self.episode, split=split)
-        return [episode.make_env(int(x["task_seed"]), family=x["family"], counter=self.counter) for x in inputs]
+        # labelled: the targeted share (the cheap edit by content) is logged and drawn in the learning curve
+        return [
+            LabelEdits(episode.make_env(int(x["task_seed"]), family=x["family"], counter=self.counter)) for x in inputs
+        ]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
