@@ -371,7 +371,8 @@ def _print_report(report: dict) -> None:
 
 def cmd_reproduce(argv: list[str]) -> int:
     """Parsed by TRL's TrlParser (every ReproduceConfig field is a flag), not by this module's argparse."""
-    from rl_compaction.recipes.reproduce import parse_reproduce_args, run_reproduce
+    from rl_compaction.recipes.recipe import parse_reproduce_args
+    from rl_compaction.recipes.reproduce import run_reproduce
 
     try:
         config, resume = parse_reproduce_args(argv)

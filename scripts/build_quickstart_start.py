@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 
 from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, SHIPPED_START
-from rl_compaction.recipes.reproduce import ReproduceConfig, build_warm_start
+from rl_compaction.recipes.recipe import ReproduceConfig
+from rl_compaction.recipes.reproduce import build_warm_start
 
 
 def main() -> None:

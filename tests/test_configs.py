@@ -268,7 +268,7 @@ def test_the_package_reads_the_one_copy_of_each_config():
     """The cost presets and the recipes were kept twice (rl_compaction/data/ and configs/), equal by a test;
     configs/ is now installed itself, so what users read and edit is what the package reads."""
     from rl_compaction.accounting import default_presets_path
-    from rl_compaction.recipes.reproduce import RECIPES
+    from rl_compaction.recipes.recipe import RECIPES
 
     assert default_presets_path().resolve() == (CONFIGS / "accounting.yaml").resolve()
     assert RECIPES.resolve() == (CONFIGS / "reproduce").resolve()

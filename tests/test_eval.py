@@ -12,7 +12,8 @@ from summaries import summary_info  # tests/ is on sys.path under pytest
 from rl_compaction.accounting import COST_PARTS
 from rl_compaction.core.stats import wilson_interval
 from rl_compaction.core.summary import EpisodeSummary
-from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, policy_metrics, run_eval, split_spec
+from rl_compaction.evaluation.evaluate import EvalConfig, run_eval, split_spec
+from rl_compaction.evaluation.report import plot_success_vs_cost, policy_metrics
 from rl_compaction.harness.oracle import OracleScriptedPolicy, make_env
 from rl_compaction.harness.rollout import EpisodeRecord, read_jsonl, rollout, write_jsonl
 from rl_compaction.harness.spec import EpisodeSpec
@@ -274,7 +275,7 @@ def test_every_config_field_says_what_it_is_for():
     from dataclasses import fields
 
     from rl_compaction.cli import EvalRunArguments
-    from rl_compaction.recipes.reproduce import ReproduceConfig, ReproduceRunArguments
+    from rl_compaction.recipes.recipe import ReproduceConfig, ReproduceRunArguments
 
     for config in (EvalConfig, EpisodeSpec, EvalRunArguments, ReproduceConfig, ReproduceRunArguments):
         missing = [f.name for f in fields(config) if len(f.metadata.get("help", "")) < 10]

@@ -87,7 +87,8 @@ def test_the_plot_starts_its_cost_axis_at_zero_and_names_its_settings(tmp_path, 
     import matplotlib.axes
     import matplotlib.figure
 
-    from rl_compaction.evaluation.evaluate import EvalConfig, plot_success_vs_cost, plot_title
+    from rl_compaction.evaluation.evaluate import EvalConfig
+    from rl_compaction.evaluation.report import plot_success_vs_cost, plot_title
 
     seen = {}
     monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, **kw: seen.update(title=t))

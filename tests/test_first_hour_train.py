@@ -109,7 +109,7 @@ def test_the_recipe_plots_are_logged_as_wandb_images(tmp_path, monkeypatch, clea
     import matplotlib.pyplot as plt
     import wandb
 
-    from rl_compaction.recipes.reproduce import log_plots_to_wandb
+    from rl_compaction.recipes.report import log_plots_to_wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

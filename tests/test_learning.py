@@ -50,7 +50,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.harness.rollout import EpisodeRecord
 from rl_compaction.harness.spec import EpisodeSpec
-from rl_compaction.recipes.reproduce import ReproduceConfig, run_grpo
+from rl_compaction.recipes.recipe import ReproduceConfig
+from rl_compaction.recipes.reproduce import run_grpo
 from rl_compaction.training.demos import turn_kind, write_demos
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.sft import render_turn

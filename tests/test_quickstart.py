@@ -11,16 +11,8 @@ import yaml
 
 from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, run_quickstart
-from rl_compaction.recipes.reproduce import (
-    CURVE_PANELS,
-    EDIT_PANELS,
-    RECIPES,
-    ReproduceConfig,
-    compose_recipe,
-    learning_curve,
-    parse_reproduce_args,
-    verdict,
-)
+from rl_compaction.recipes.recipe import RECIPES, ReproduceConfig, compose_recipe, parse_reproduce_args
+from rl_compaction.recipes.report import CURVE_PANELS, EDIT_PANELS, learning_curve, verdict
 
 
 @pytest.mark.learning
@@ -174,7 +166,7 @@ def test_the_verdict_compares_cost_only_where_a_row_succeeds():
 
 def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
     """Target (b) of issue 19: the learned row's cost over its solved episodes against SFT-only's, with intervals."""
-    from rl_compaction.recipes.reproduce import solved_cost_line
+    from rl_compaction.recipes.report import solved_cost_line
 
     learned = EpisodeStats(mean_cost_solved=20_000.0, cost_solved_ci95=[19_000.0, 21_000.0])
     line = solved_cost_line(learned, EpisodeStats(mean_cost_solved=30_000.0, cost_solved_ci95=[28_000.0, 32_000.0]))
@@ -185,7 +177,7 @@ def test_the_verdict_compares_cost_at_equal_success_over_solved_episodes():
 
 def test_learning_curve_axes_do_not_magnify_noise():
     """A 0.008 change in reward looked steep, and all-zero series got a +-0.04 axis."""
-    from rl_compaction.recipes.reproduce import _curve_limits
+    from rl_compaction.recipes.report import _curve_limits
 
     lo, hi = _curve_limits("reward/reward", [-0.213, -0.221])
     assert hi - lo >= 0.5 and lo < -0.221 and hi > -0.213
@@ -277,7 +269,7 @@ def test_a_recipe_states_its_episode_once_for_every_stage(recipe, tmp_path):
     quickstart's 9 turns hold the oracle's 7 at its length, the reproduction's 13 its 11."""
     from rl_compaction.harness.oracle import evolve_options, make_env, run_oracle_episode
     from rl_compaction.models.registry import counter_name
-    from rl_compaction.recipes.reproduce import eval_configs
+    from rl_compaction.recipes.recipe import eval_configs
 
     config = ReproduceConfig.from_yaml(RECIPES / recipe, output_dir=str(tmp_path / "out"))
     spec = config.spec

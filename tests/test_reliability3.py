@@ -67,7 +67,8 @@ def test_train_refuses_fewer_tasks_than_one_generation_batch_before_loading_a_mo
 
 
 def test_a_torn_progress_file_is_refused_not_read_as_no_stage_done(tmp_path):
-    from rl_compaction.recipes.reproduce import PROGRESS_FILE, ReproduceConfig, _done, _open_output
+    from rl_compaction.recipes.recipe import ReproduceConfig
+    from rl_compaction.recipes.reproduce import PROGRESS_FILE, _done, _open_output
 
     config = ReproduceConfig(output_dir=str(tmp_path / "run"), model="tiny")
     out, timings = _open_output(config, resume=False)
@@ -126,7 +127,7 @@ def test_an_output_folder_that_cannot_be_created_is_refused_up_front(folder):
     ],
 )
 def test_reproduce_refuses_a_late_stage_setting_before_writing_anything(settings, message, tmp_path):
-    from rl_compaction.recipes.reproduce import ReproduceConfig
+    from rl_compaction.recipes.recipe import ReproduceConfig
 
     with pytest.raises(ValueError, match=message):
         ReproduceConfig(output_dir=str(tmp_path / "run"), **{"model": "tiny", **settings})

@@ -133,7 +133,7 @@ def _old_records(n: int, cost: float, parts: bool) -> list:
 
 def test_records_without_cost_parts_show_them_as_unknown_not_zero():
     from rl_compaction.accounting import COST_PARTS
-    from rl_compaction.evaluation.evaluate import format_metrics, policy_metrics
+    from rl_compaction.evaluation.report import format_metrics, policy_metrics
 
     row = policy_metrics("oracle@evolve", _old_records(2, 28_614.0, parts=False))
     assert row["mean_cost"] == 28_614.0 and row["cost_parts"] is None

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from rl_compaction.core.reports import oracle_table
 from rl_compaction.core.stats import EpisodeStats
-from rl_compaction.evaluation.evaluate import policy_metrics
+from rl_compaction.evaluation.report import policy_metrics
 from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import OracleScriptedPolicy
 from rl_compaction.harness.rollout import rollout

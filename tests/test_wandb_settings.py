@@ -41,7 +41,7 @@ def test_every_wandb_init_here_takes_the_rule(monkeypatch, tmp_path):
     reads it), all say what the rule says."""
     import wandb
 
-    from rl_compaction.recipes.reproduce import log_plots_to_wandb
+    from rl_compaction.recipes.report import log_plots_to_wandb
     from rl_compaction.training.trainer import CompactionGRPOConfig
     from rl_compaction.training.wandb_resume import prepare_wandb
 

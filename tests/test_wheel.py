@@ -19,7 +19,7 @@ import sys, gymnasium as gym, rl_compaction
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.models.registry import resolve_model
 from rl_compaction.harness.oracle import run_oracle_episode
-from rl_compaction.recipes.reproduce import RECIPES, ReproduceConfig
+from rl_compaction.recipes.recipe import RECIPES, ReproduceConfig
 from rl_compaction.harness.tasks import Difficulty
 assert rl_compaction.__file__.startswith(sys.argv[1]), rl_compaction.__file__
 import rl_compaction_envs.vault

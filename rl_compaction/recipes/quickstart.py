@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rl_compaction.models.registry import shipped_dir
-from rl_compaction.recipes.reproduce import RECIPES, ReproduceConfig, matching_warm_start, run_reproduce
+from rl_compaction.recipes.recipe import RECIPES, ReproduceConfig
+from rl_compaction.recipes.reproduce import matching_warm_start, run_reproduce
 
 QUICKSTART_CONFIG = RECIPES / "quickstart.yaml"
 #: the quickstart recipe's warm start (model and tokenizer, ~1 MB), rebuilt by scripts/build_quickstart_start.py

@@ -1,0 +1,155 @@
+"""What a reproduction reports: the learning curve of GRPO's logged metrics, the verdict (whether the learned
+row beat each other row, in sentences), and the plots logged to W&B."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rl_compaction.core.stats import EpisodeStats
+from rl_compaction.core.wandb_settings import wandb_mode, wandb_project
+
+#: the learning curve's panels: (key in the GRPO trainer's logged metrics, title); the trainer logs
+#: the edit shares only for steps whose episodes applied an edit
+CURVE_PANELS = (
+    ("reward/reward", "episode reward"),
+    ("success_rate", "success rate"),
+    ("mean_cost", "cost per episode"),
+    ("targeted_share", "cheap-edit share (the targeted edit)"),
+    ("compactions_per_episode", "compactions per episode"),
+)
+#: the panels' keys in histories logged before GRPO logged `EpisodeStats` names (a run resumed at its eval)
+OLD_CURVE_KEYS = {"success_rate": "success", "mean_cost": "cost/total", "compactions_per_episode": "compactions"}
+#: the panels drawn only at steps whose episodes applied an edit
+EDIT_PANELS = ("targeted_share",)
+
+
+def learning_curve(history: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
+    """(steps, values) of each `CURVE_PANELS` metric in TRL's log history (means over each step's
+    episodes); a ValueError when the history holds none of them, so an empty plot is never drawn."""
+
+    def named(h: dict[str, Any], key: str) -> str:
+        return key if key in h or key not in OLD_CURVE_KEYS else OLD_CURVE_KEYS[key]
+
+    series = {
+        key: (
+            [h["step"] for h in history if named(h, key) in h],
+            [h[named(h, key)] for h in history if named(h, key) in h],
+        )
+        for key, _ in CURVE_PANELS
+    }
+    if not any(steps for steps, _ in series.values()):
+        raise ValueError(f"the GRPO log history has none of {', '.join(k for k, _ in CURVE_PANELS)} to plot")
+    return series
+
+
+#: the smallest y-range a learning-curve panel shows (rates always show 0-1), so that noise of a
+#: few thousandths does not look like a trend and an all-zero series sits on an honest axis
+_MIN_SPAN = {"reward/reward": 0.5, "compactions_per_episode": 2.0}
+_RATES = ("success_rate", *EDIT_PANELS)
+
+
+def _curve_limits(key: str, values: list[float]) -> tuple[float, float]:
+    if key in _RATES:
+        return -0.05, 1.05
+    lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
+    span = max(hi - lo, _MIN_SPAN.get(key, 0.2 * max(abs(lo), abs(hi), 1.0)))
+    middle = (lo + hi) / 2
+    return middle - 0.55 * span, middle + 0.55 * span
+
+
+def plot_learning_curve(history: list[dict[str, Any]], path: Path) -> Path:
+    """Reward, success, cost and compactions per GRPO step (`learning_curve`), one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = learning_curve(history)
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(17, 3.2))
+    for ax, (key, label) in zip(axes, CURVE_PANELS, strict=True):
+        ax.plot(*series[key], marker="o", markersize=3)
+        ax.set_ylim(*_curve_limits(key, series[key][1]))
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def verdict(rows: dict[str, EpisodeStats], learned: str, sft: str, unlimited: str) -> list[str]:
+    """Plain sentences: what the learned row is, and whether it beat each other row."""
+    me = rows[learned]
+    lo, hi = me.success_ci95
+
+    def share(row: EpisodeStats) -> str:
+        return "" if row.targeted_share is None else f", cheap-edit share {row.targeted_share:.0%}"
+
+    lines = [
+        f"learned (GRPO checkpoint): success {me.success_rate:.0%} [{lo:.0%}, {hi:.0%}], "
+        f"mean cost {me.mean_cost:,.0f}{share(me)}"
+    ]
+    for name, row in rows.items():
+        if name == learned:
+            continue
+        olo, ohi = row.success_ci95
+        points = round(100 * (me.success_rate - row.success_rate))
+        ratio = me.mean_cost / max(row.mean_cost, 1e-9)
+        if me.success_rate == 0 and row.success_rate == 0:
+            outcome = "neither succeeds, so cost says nothing"
+        elif lo > ohi:
+            outcome = f"beaten on success by {points:+d} points, beyond the 95% intervals (cost ratio {ratio:.2f}x)"
+        elif hi < olo:
+            outcome = f"better on success than the learned policy by {-points:d} points, beyond the 95% intervals"
+        elif ratio <= 0.8:
+            outcome = f"intervals overlap on success ({points:+d} points); the learned policy costs {ratio:.2f}x"
+        else:
+            outcome = f"not beaten beyond the intervals (success {points:+d} points; cost ratio {ratio:.2f}x)"
+        role = "SFT-only" if name == sft else "unlimited context" if name == unlimited else "baseline"
+        lines.append(
+            f"vs {role} {name}: {row.success_rate:.0%} [{olo:.0%}, {ohi:.0%}], "
+            f"cost {row.mean_cost:,.0f}{share(row) if name == sft else ''} -> {outcome}"
+        )
+    lines.append(solved_cost_line(me, rows[sft]))
+    ratio = me.mean_cost / rows[unlimited].mean_cost
+    same = me.success_rate >= rows[unlimited].success_rate
+    lines.append(
+        f"learned cost / unlimited-context cost = {ratio:.2f} (target <= 0.5 at the same success"
+        + ("" if same else f"; not met: success {me.success_rate:.0%} vs {rows[unlimited].success_rate:.0%}")
+        + ")"
+    )
+    return lines
+
+
+def solved_cost_line(me: EpisodeStats, sft: EpisodeStats) -> str:
+    """Cost at equal success: the learned and SFT-only rows' mean cost over the episodes each solved, with
+    95% intervals, and whether the learned one is lower beyond them."""
+    if me.mean_cost_solved is None or sft.mean_cost_solved is None:
+        return "cost at equal success (over solved episodes): not comparable, a row solved none"
+    (lo, hi), (slo, shi) = me.cost_solved_ci95, sft.cost_solved_ci95
+    ratio = me.mean_cost_solved / sft.mean_cost_solved
+    outcome = "lower beyond the 95% intervals" if hi < slo else "intervals overlap"
+    return (
+        f"cost at equal success (over solved episodes): learned {me.mean_cost_solved:,.0f} [{lo:,.0f}, {hi:,.0f}] "
+        f"vs SFT-only {sft.mean_cost_solved:,.0f} [{slo:,.0f}, {shi:,.0f}] = {ratio:.2f}x ({1 - ratio:+.0%} "
+        f"saved), {outcome}"
+    )
+
+
+def log_plots_to_wandb(out: Path, images: dict[str, Path], recipe: dict[str, Any]) -> None:
+    """The plots of the recipe run in `out` as W&B images, in a run of their own (job type "report",
+    named after `out`) in the project of the recipe's GRPO and eval runs."""
+    import wandb
+
+    run = wandb.init(
+        project=wandb_project(),
+        name=f"{Path(out).resolve().name}-report",
+        job_type="report",
+        dir=str(out),
+        mode=wandb_mode(),
+        config={"recipe": recipe},
+    )
+    run.log({key: wandb.Image(str(path)) for key, path in images.items()})
+    run.finish()
