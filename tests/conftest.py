@@ -40,3 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.vllm)
         if any(item.get_closest_marker(m) for m in ("learning", "scienceworld", "vllm")):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("learning"):
+            # under `pytest -n 2 --dist loadgroup` the GRPO runs take one worker, one after another, and the
+            # other tests the other: two at once would each get half the cores
+            item.add_marker(pytest.mark.xdist_group("learning"))

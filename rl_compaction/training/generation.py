@@ -14,8 +14,7 @@ TRL does around each call would be paid per turn. This module keeps it to once p
   rollout they differ by process (episodes end at different turns). `server_generate` sends the gathered
   prompts, dummies left out, and hands each process its own answers by the gathered counts.
 
-These are the only places that touch TRL's private generation members (`_generate_single_turn`,
-`_last_loaded_step`, `vllm_generation`); they were read from TRL 1.16.0 (pinned in pyproject.toml).
+TRL's private members are reached through `rl_compaction.training.trl_compat`.
 """
 
 from __future__ import annotations
@@ -28,17 +27,11 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from rl_compaction.harness.policy import Policy, Turn, turns_from_ids
 from rl_compaction.policies.prompts import PromptBuilder
+from rl_compaction.training.trl_compat import generate_single_turn, sync_if_stale
 
 
 def _sleeps(trainer: Any) -> bool:
     return bool(trainer.use_vllm and trainer.vllm_mode == "colocate" and trainer.vllm_generation.enable_sleep_mode)
-
-
-def _sync_if_stale(trainer: Any) -> None:
-    """TRL's rule: the engine gets the trained weights once per optimizer step."""
-    if trainer.state.global_step != trainer._last_loaded_step:
-        trainer.vllm_generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
 
 
 @contextmanager
@@ -49,7 +42,7 @@ def engine_awake(trainer: Any) -> Iterator[None]:
         yield
         return
     generation = trainer.vllm_generation
-    _sync_if_stale(trainer)  # TRL's sync_weights wakes the weights first
+    sync_if_stale(trainer)  # TRL's sync_weights wakes the weights first
     if getattr(generation, "_llm_weights_sleeping", False):  # synced this step, then put to sleep: push again
         generation.sync_weights()
     generation.llm.wake_up(tags=["kv_cache"])
@@ -82,7 +75,7 @@ def server_generate(trainer: Any, prompts: list[list[int]]) -> tuple[list[list[i
     """vLLM server mode for processes that send different numbers of prompts (none when idle): the main
     process sends every process's prompts in one request and returns each its own answers."""
     generation = trainer.vllm_generation
-    _sync_if_stale(trainer)  # a collective: every process takes part
+    sync_if_stale(trainer)  # a collective: every process takes part
     counts = gather_object([len(prompts)])
     everything = gather_object(prompts)
     payload: list[Any] = [None]
@@ -117,9 +110,9 @@ def generate(trainer: Any, prompts: list[list[int]]) -> tuple[list[list[int]], l
         return server_generate(trainer, prompts)
     if not prompts:
         with _one_token(trainer):
-            trainer._generate_single_turn([[trainer.processing_class.pad_token_id]], None, {}, 1)
+            generate_single_turn(trainer, [[trainer.processing_class.pad_token_id]])
         return [], []
-    return trainer._generate_single_turn(prompts, None, {}, 1)
+    return generate_single_turn(trainer, prompts)
 
 
 class TRLGenerationPolicy(Policy):

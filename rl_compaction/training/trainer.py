@@ -57,6 +57,7 @@ from rl_compaction.training.microbatch import per_row_logps, trained_rows, trim_
 from rl_compaction.training.precision import default_bf16, default_checkpointing
 from rl_compaction.training.reward import RewardConfig, RewardFn, record_reward
 from rl_compaction.training.segments import Segment, build_segments
+from rl_compaction.training.trl_compat import log_metric, reference_adapter, replace_weight_sync, set_metric
 from rl_compaction.training.wandb_resume import WandbRunIdCallback
 
 TOKEN_LEVEL_LOSSES = ("dapo", "cispo", "bnpo")
@@ -275,8 +276,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
             from rl_compaction.training.vllm_sync import runs_on_cpu, sync_weights_by_reload
 
             if runs_on_cpu():  # TRL's per-tensor load fails there; vLLM's reload does not (vllm_sync)
-                generation = self.vllm_generation
-                generation.sync_weights = lambda: sync_weights_by_reload(generation)
+                replace_weight_sync(self, sync_weights_by_reload)
         if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2:
             mark_fsdp2_for_generation(self.model)
         if "wandb" in (args.report_to or []):
@@ -359,25 +359,25 @@ class CompactionGRPOTrainer(GRPOTrainer):
         mean, std = rewards.mean().item(), rewards.std().item() if rewards.numel() > 1 else 0.0
         zero_std = (rewards.view(-1, group).std(dim=1) < 1e-6).float().mean().item()
         for key, value in (("reward", mean), ("reward_std", std), ("frac_reward_zero_std", zero_std)):
-            self._metrics[mode][key].append(value)
-        self._metrics[mode]["rewards/episode_reward_func/mean"].append(mean)
-        self._metrics[mode]["rewards/episode_reward_func/std"].append(std)
+            log_metric(self, mode, key, value)
+        log_metric(self, mode, "rewards/episode_reward_func/mean", mean)
+        log_metric(self, mode, "rewards/episode_reward_func/std", std)
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         turns = [(len(inv.prompt_ids), inv.completion_ids) for r in records for inv in r.invocations]
         local = [(p, len(c), not _ended(c, stop_ids)) for p, c in turns]
         gathered = gather_object(local)
         if mode == "train":
             self.state.num_input_tokens_seen += sum(p + n for p, n, _ in gathered)
-        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+        set_metric(self, mode, "num_tokens", self.state.num_input_tokens_seen)
         if not gathered:
             return
         lengths = [n for _, n, _ in gathered]
         ended = [n for _, n, cut in gathered if not cut] or [0]
         for name, values in (("", lengths), ("_terminated", ended)):
-            self._metrics[mode][f"completions/mean{name}_length"].append(sum(values) / len(values))
-            self._metrics[mode][f"completions/min{name}_length"].append(float(min(values)))
-            self._metrics[mode][f"completions/max{name}_length"].append(float(max(values)))
-        self._metrics[mode]["completions/clipped_ratio"].append(sum(cut for *_, cut in gathered) / len(gathered))
+            log_metric(self, mode, f"completions/mean{name}_length", sum(values) / len(values))
+            log_metric(self, mode, f"completions/min{name}_length", float(min(values)))
+            log_metric(self, mode, f"completions/max{name}_length", float(max(values)))
+        log_metric(self, mode, "completions/clipped_ratio", sum(cut for *_, cut in gathered) / len(gathered))
 
     def _any_active(self, local: bool) -> bool:
         if self.accelerator.num_processes == 1:
@@ -444,10 +444,7 @@ class CompactionGRPOTrainer(GRPOTrainer):
             return self._get_per_token_logps_and_entropies(
                 self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
             )[0]
-        from trl.trainer.grpo_trainer import use_adapter
-
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+        with reference_adapter(self.accelerator.unwrap_model(self.model)):
             return self._get_per_token_logps_and_entropies(
                 self.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
             )[0]
@@ -466,15 +463,15 @@ class CompactionGRPOTrainer(GRPOTrainer):
         table uses. A share is logged only at steps whose episodes applied a model edit."""
         gathered = gather_object([(record.summary, reward) for record, reward in zip(records, rewards, strict=True)])
         for key in gathered[0][1] if gathered else []:
-            self._metrics[mode][f"reward/{key}"].append(sum(reward[key] for _, reward in gathered) / len(gathered))
+            log_metric(self, mode, f"reward/{key}", sum(reward[key] for _, reward in gathered) / len(gathered))
         if gathered:
             for key, value in episode_metrics(EpisodeStats.of([summary for summary, _ in gathered])).items():
-                self._metrics[mode][key].append(value)
+                log_metric(self, mode, key, value)
         trained = sum(s.trained_tokens for s, _ in rows)
-        self._metrics[mode]["segments_per_episode"].append(
-            len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))
+        log_metric(
+            self, mode, "segments_per_episode", len([r for r in rows if r[0].trained_tokens]) / max(1, len(records))
         )
-        self._metrics[mode]["trained_tokens"].append(float(trained))
+        log_metric(self, mode, "trained_tokens", float(trained))
         if mode == "train" and self.accelerator.is_main_process and self.args.log_episodes:
             self._log_episode_table(records[: self.args.log_episodes], rewards[: self.args.log_episodes])
 
