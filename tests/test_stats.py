@@ -30,6 +30,8 @@ def test_the_eval_row_grpo_metrics_and_the_oracle_table_read_one_computation():
     stats = EpisodeStats.of(summaries)
     assert (stats.episodes, stats.success_rate, stats.ended) == (5, 0.6, {"answer": 3, "context_window": 2})
     assert stats.mean_cost_solved is not None and stats.targeted_share == 1.0  # every model edit the oracle's own
+    # where it edited: at the request (threshold 2,150 of 3,300 tokens, 0.65), a page past it at most
+    assert 0.65 <= stats.edit_context_share < 0.9 and stats.asked_share == 1.0
     row = policy_metrics("p", records)
     assert {k: row[k] for k in stats.to_dict()} == stats.to_dict()
     logged = episode_metrics(stats)

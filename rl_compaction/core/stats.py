@@ -69,6 +69,15 @@ def targeted_share(summaries: list[EpisodeSummary]) -> float | None:
     return edit_share(summaries, lambda s: s.targeted_edits)
 
 
+def _edit_context_shares(summaries: list[EpisodeSummary]) -> list[float]:
+    return [
+        e["context_share"]
+        for s in summaries
+        for e in s.events
+        if e.get("event") == "evolve" and e.get("by") == "model" and e.get("applied") and "context_share" in e
+    ]
+
+
 def _avg(values: list[float]) -> float:
     return mean(values) if values else 0.0
 
@@ -97,6 +106,9 @@ class EpisodeStats:
     selection_share: float | None = None
     asked_share: float | None = None
     targeted_share: float | None = None
+    #: when the model edited: its applied edits' context, as a share of the window, on the turn it edited
+    #: (mean); None without one, or in episodes recorded before it was
+    edit_context_share: float | None = None
     evolve_failures_per_episode: float = 0.0
     evolve_failure_rate: float = 0.0
     truncated: int = 0
@@ -131,6 +143,7 @@ class EpisodeStats:
             selection_share=selection_share(summaries),
             asked_share=asked_share(summaries),
             targeted_share=targeted_share(summaries),
+            edit_context_share=_avg(shares) if (shares := _edit_context_shares(summaries)) else None,
             evolve_failures_per_episode=_avg([x.evolve_failures for x in ledgers]),
             evolve_failure_rate=failures / evolve_calls if evolve_calls else 0.0,
             truncated=sum(s.truncated_reason is not None for s in summaries),

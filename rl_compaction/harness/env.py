@@ -606,6 +606,9 @@ class CompactionEnv(gym.Env):
                 "by": "harness" if by_harness else "model",
                 "selection": outcome.selection,
                 "asked": asked,
+                # when: the context the turn's prompt held, as a share of the window (the threshold is where
+                # the harness asks; an unasked edit may come earlier or later)
+                "context_share": round(len(self._input_ids) / self.config.context_window, 4),
                 **outcome.receipt,
                 # what the opt-in labels say of an edit the model applied (`add_edit_label`, `harness.labels`)
                 **(self._label(before, call, outcome.state) if outcome.applied and not by_harness else {}),
