@@ -140,3 +140,15 @@ def test_the_readme_gives_one_figure_per_claim_from_the_results_document():
     for row in rows:
         for figure in re.findall(r"\d+% \[\d+%, \d+%\]", row):
             assert figure in results, f"{figure} (README: {row[:40]}...) is not in RESULTS.md"
+
+
+def test_the_readme_says_where_the_quickstart_writes(monkeypatch, tmp_path):
+    """The README pointed at runs/quickstart/, while `rl-compaction quickstart` writes a new dated folder
+    per run (runs/quickstart-DATE-TIME/)."""
+    seen = {}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("rl_compaction.recipes.quickstart.run_quickstart", lambda out, **k: seen.update(out=out) or 0)
+    monkeypatch.setattr("rl_compaction.cli._print_report", lambda report: None)
+    assert main(["quickstart"]) == 0
+    assert re.fullmatch(r"runs/quickstart-\d{8}-\d{6}", seen["out"])
+    assert "runs/quickstart-DATE-TIME/" in README and "runs/quickstart/" not in README
