@@ -38,7 +38,7 @@ def _is_distribution(value: Any) -> bool:
     return isinstance(value, (list, tuple, dict))
 
 
-def _draw(name: str, value: Any, rng: random.Random) -> Any:
+def _draw(value: Any, rng: random.Random) -> Any:
     if isinstance(value, dict):
         low, high = value["low"], value["high"]
         return rng.randint(low, high) if isinstance(low, int) and isinstance(high, int) else rng.uniform(low, high)
@@ -140,7 +140,7 @@ class EpisodeSpec(EnvConfig):
         rng = random.Random(f"episode-spec/{seed}")
         if family is None:
             family = rng.choices(self.families, weights=self.family_weights)[0]
-        drawn = {name: _draw(name, getattr(self, name), rng) for name in DISTRIBUTED}
+        drawn = {name: _draw(getattr(self, name), rng) for name in DISTRIBUTED}
         return dataclasses.replace(self, family=family, family_weights=None, **drawn)
 
     @property
