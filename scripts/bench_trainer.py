@@ -5,8 +5,8 @@ with the same GRPO settings (num_generations, batch size, max_completion_length,
 learning rate, no vLLM, no gradient checkpointing) on the same prompts: our trainer runs
 single-segment episodes (`max_turns=1`: one prompt + one completion = one row) of the
 `probe` family, and TRL gets, for the same task seeds in the same dataset order, the env's
-first observation rendered with `chat_format.render_prompt` as a plain-text prompt (TRL
-tokenises it to the same ids as `chat_format.prompt_ids`; the script checks this on the
+first observation rendered with `chat.render_prompt` as a plain-text prompt (TRL
+tokenises it to the same ids as `chat.prompt_ids`; the script checks this on the
 prompts each trainer actually generated from). TRL scores with a cheap length reward; ours
 runs the episode and computes the episode reward.
 
@@ -43,8 +43,8 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from rl_compaction import chat
 from rl_compaction.accounting import ChatTemplateCounter
-from rl_compaction.core import chat_format
 from rl_compaction.harness.env import CompactionEnv
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import resolve_model
@@ -175,7 +175,7 @@ def first_prompts(tokenizer: Any, rows: Dataset) -> list[str]:
     texts = []
     for row in rows:
         obs, _ = env.reset(seed=int(row["task_seed"]))
-        texts.append(chat_format.render_prompt(tokenizer, obs["instructions"], obs["tools"], obs["state"]))
+        texts.append(chat.render_prompt(tokenizer, obs["instructions"], obs["tools"], obs["state"]))
     return texts
 
 
@@ -183,14 +183,14 @@ def first_prompts(tokenizer: Any, rows: Dataset) -> list[str]:
 def timed_module_functions(timers: Timers) -> Iterator[None]:
     """Time prompt rendering and completion parsing of our policy (module-level functions it calls),
     restoring them afterwards."""
-    originals = {"prompt_ids": chat_format.prompt_ids, "parse_completion": chat_format.parse_completion}
-    chat_format.prompt_ids = timers.wrap("prompt render + tokenise", chat_format.prompt_ids)
-    chat_format.parse_completion = timers.wrap("completion parsing", chat_format.parse_completion)
+    originals = {"prompt_ids": chat.prompt_ids, "parse_completion": chat.parse_completion}
+    chat.prompt_ids = timers.wrap("prompt render + tokenise", chat.prompt_ids)
+    chat.parse_completion = timers.wrap("completion parsing", chat.parse_completion)
     try:
         yield
     finally:
         for name, fn in originals.items():
-            setattr(chat_format, name, fn)
+            setattr(chat, name, fn)
 
 
 def build_ours(path: str, common: dict[str, Any], steps: int, tasks: int, turnstile: Turnstile) -> Bench:

@@ -43,7 +43,7 @@ def test_no_shared_pass_for_one_row_or_a_short_common_start(tiny):
 
 
 def test_incremental_prompt_ids_equal_the_chat_template_path(tiny):
-    from rl_compaction.core import chat_format
+    from rl_compaction import chat
 
     model, tokenizer = tiny
     policy = TransformersPolicy(model, tokenizer, max_new_tokens=4, do_sample=False)
@@ -51,5 +51,5 @@ def test_incremental_prompt_ids_equal_the_chat_template_path(tiny):
     for text in ["first", "a <tool_call> in text  ", "", "last\n\n"]:  # growing, as turns do
         extra.append(text)
         obs = observation(extra)
-        plain = chat_format.prompt_ids(tokenizer, obs["instructions"], obs["tools"], obs["state"])
+        plain = chat.prompt_ids(tokenizer, obs["instructions"], obs["tools"], obs["state"])
         assert policy.prompt_ids(obs) == plain

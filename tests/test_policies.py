@@ -8,7 +8,7 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from rl_compaction.core import chat_format
+from rl_compaction import chat
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.rollout import rollout
 from rl_compaction.harness.tasks import Difficulty
@@ -44,7 +44,7 @@ def test_batched_turns_carry_exact_prompt_ids_sampled_ids_and_logprobs(policy):
     turns = policy.act(obs)
     assert len(turns) == 3
     for o, turn in zip(obs, turns, strict=True):
-        assert turn.prompt_ids == chat_format.prompt_ids(policy.tokenizer, o["instructions"], o["tools"], o["state"])
+        assert turn.prompt_ids == chat.prompt_ids(policy.tokenizer, o["instructions"], o["tools"], o["state"])
         assert 0 < len(turn.completion_ids) <= 12
         assert len(turn.logprobs) == len(turn.completion_ids)
         assert all(lp <= 0 and math.isfinite(lp) for lp in turn.logprobs)

@@ -16,7 +16,7 @@ import torch
 from datasets import Dataset, load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_compaction.core import chat_format
+from rl_compaction import chat
 from rl_compaction.core.render import chat_messages
 from rl_compaction.harness.env import EnvConfig
 from rl_compaction.harness.oracle import make_env
@@ -147,9 +147,9 @@ def test_rows_render_for_native_and_fallback_templates(demos: Dataset, tokenizer
     row = next(r for r in demos if r["is_evolve"])
     instructions, tools, state, turn = row_observation(row)
     prompt, completion = render_turn(tokenizer, row)
-    assert prompt == chat_format.render_prompt(tokenizer, instructions, tools, state)
+    assert prompt == chat.render_prompt(tokenizer, instructions, tools, state)
     assert completion.startswith("<tool_call>\n") and completion.endswith("</tool_call><|im_end|>")
-    parsed = chat_format.parse_completion(completion, tokenizer)
+    parsed = chat.parse_completion(completion, tokenizer)
     assert [(x["name"], x["arguments"]) for x in parsed.items] == [(x["name"], x["arguments"]) for x in turn]
     # A template without tool support gets the fallback format's system text and call blocks.
     plain = AutoTokenizer.from_pretrained(resolve_model("tiny"), local_files_only=True)
@@ -157,9 +157,9 @@ def test_rows_render_for_native_and_fallback_templates(demos: Dataset, tokenizer
         "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
     )
-    assert chat_format.detect_format(plain) == "fallback"
+    assert chat.detect_format(plain) == "fallback"
     prompt, completion = render_turn(plain, row)
-    assert chat_format.fallback_tools_text(tools) in prompt
+    assert chat.fallback_tools_text(tools) in prompt
     assert completion.startswith('<tool_call>\n{"name": "evolve"') and completion.endswith("<|im_end|>")
 
 
@@ -174,7 +174,7 @@ def test_loss_mask_covers_exactly_the_assistant_tokens(demos: Dataset, tokenizer
     for i, index in enumerate([first, evolve]):
         row = demos[index]
         instructions, tools, state, _ = row_observation(row)
-        prompt_ids = chat_format.prompt_ids(tokenizer, instructions, tools, state)
+        prompt_ids = chat.prompt_ids(tokenizer, instructions, tools, state)
         _, completion = render_turn(tokenizer, row)
         ids, labels = prepared[i]["input_ids"], prepared[i]["labels"]
         assert ids[: len(prompt_ids)] == prompt_ids  # the prompt is token for token the policy's prompt
@@ -241,7 +241,7 @@ def test_short_sft_run_memorises_and_saves_a_loadable_model(
     assert len(losses) == 10 and sum(losses[-3:]) / 3 < 0.5 * losses[0], losses
     model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     reloaded = AutoTokenizer.from_pretrained(out, local_files_only=True)
-    assert chat_format.detect_format(reloaded) == "hermes" and reloaded.chat_template == tokenizer.chat_template
+    assert chat.detect_format(reloaded) == "hermes" and reloaded.chat_template == tokenizer.chat_template
     initial = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), local_files_only=True)
     row = tokenize_row(tokenizer, demos[short[0]])
     n_prompt = row["completion_mask"].index(1)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_compaction.accounting.prefix import _common_prefix, reusable_prefix
-from rl_compaction.core.chat_format import render_prompt
+from rl_compaction.chat import render_prompt
 from rl_compaction.core.render import estimate_pieces
 from rl_compaction.core.state import State, text_of
 from rl_compaction.core.tiktoken_offline import OFFLINE_ENCODINGS, get_encoding
@@ -405,7 +405,7 @@ class ChatTemplateCounter(TokenCounter):
         self, instructions: str, tools: list[dict[str, Any]], state: State, *, add_generation_prompt: bool = True
     ) -> str:
         """The chat template's text for instructions + tools + state: exactly the prompt a local
-        policy sends (`rl_compaction.core.chat_format.render_prompt`, fallback format included)."""
+        policy sends (`rl_compaction.chat.render_prompt`, fallback format included)."""
         return render_prompt(
             self.tokenizer,
             instructions,

@@ -87,13 +87,13 @@ def turns_from_ids(
 ) -> list[Turn]:
     """Turns from token-level generation (any local backend): decode the sampled ids, parse them
     into Responses items with the model's chat format, keep ids and logprobs exactly."""
-    from rl_compaction.core import chat_format
+    from rl_compaction import chat
 
     turns = []
     for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         completion = list(completion)
         text = tokenizer.decode(completion, skip_special_tokens=False)
-        parsed = chat_format.parse_completion(text, tokenizer)
+        parsed = chat.parse_completion(text, tokenizer)
         extra: dict[str, Any] = {"parse_error": parsed.error}
         if stop_ids is not None:
             extra["finish_reason"] = "stop" if completion and completion[-1] in stop_ids else "length"

@@ -94,7 +94,7 @@ class TransformersPolicy(Policy):
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
-        """`chat_format.prompt_ids` of the observation (the whole State rendered), tokenised
+        """`chat.prompt_ids` of the observation (the whole State rendered), tokenised
         incrementally: only a turn's new text is tokenised (the ids are the same)."""
         return self._counter.input_ids(observation["instructions"], observation["tools"], observation["state"])
 

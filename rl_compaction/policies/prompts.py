@@ -20,7 +20,7 @@ the sampled ids, and the ids of the text the template writes after an assistant 
 harness items: the turn's end (all of it for a turn cut at the budget, the rest of it after the
 stop token otherwise), the items and the generation prompt. That text comes from rendering a fixed
 small conversation that ends with an assistant turn holding a marker and then the harness items,
-and taking what follows the marker; rendering stays `rl_compaction.core.chat_format`'s. Where the
+and taking what follows the marker; rendering stays `rl_compaction.chat`'s. Where the
 template would write the State back exactly as sampled (the project's tiny ChatML template and a
 turn that ended on its own), the ids equal a fresh rendering's.
 

@@ -161,7 +161,7 @@ def _message_items(message: dict[str, Any]) -> list[dict[str, Any]]:
 def row_observation(row: dict[str, Any]) -> tuple[str, list[dict[str, Any]], State, list[dict[str, Any]]]:
     """(instructions, tools, State, turn items) of a row: the observation the oracle saw and its turn.
 
-    Rebuilt from the messages so that prompts go through `chat_format.render_prompt`, the same
+    Rebuilt from the messages so that prompts go through `chat.render_prompt`, the same
     path the policy's prompts take at RL and eval time; ``chat_messages`` of the rebuilt State
     gives the row's messages back exactly (checked)."""
     messages = row_messages(row)

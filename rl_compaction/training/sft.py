@@ -16,15 +16,15 @@ How rows become training text, and why (TRL offers three ways to train only the 
 - Conversational prompt/completion rows make TRL render the messages with the template's own
   tool handling, which for templates without tools is not our fallback format either.
 - So each row is pre-rendered exactly as the policy meets it: the prompt is
-  `chat_format.render_prompt` of the observation (native tools or the documented fallback
-  format, generation prompt included), token for token the ids `chat_format.prompt_ids` gives
+  `chat.render_prompt` of the observation (native tools or the documented fallback
+  format, generation prompt included), token for token the ids `chat.prompt_ids` gives
   at RL and eval time; the completion is the oracle's turn as the template renders that
   assistant message (tool calls in the model's format) up to and including its end-of-turn
   token, i.e. what the policy must generate before it stops. Rows are tokenised here
   (prompt and completion apart, as at RL time, no special tokens added: the template writes
   them) into TRL's prompt/completion form, ``input_ids`` + ``completion_mask``, and TRL runs with
   ``completion_only_loss=True``: the loss covers exactly the completion tokens.
-Each completion is parsed back with `chat_format.parse_completion` and must give the oracle's
+Each completion is parsed back with `chat.parse_completion` and must give the oracle's
 calls, so SFT never teaches a text the policy's parser would misread.
 
 Rows longer than ``max_length`` are dropped (TRL would cut the end of the completion, its
@@ -44,7 +44,7 @@ from datasets import Dataset, interleave_datasets, load_from_disk
 from trl import ModelConfig, SFTTrainer, TrlParser, get_peft_config
 from trl import SFTConfig as TRLSFTConfig
 
-from rl_compaction.core import chat_format
+from rl_compaction import chat
 from rl_compaction.core.configs import TRL_USAGE, check_numbers, own_fields_first
 from rl_compaction.core.outputs import check_no_previous_run, check_output_dir, lock_on_main_process, resolve_resume
 from rl_compaction.models.registry import load_pretrained
@@ -103,7 +103,7 @@ def _log(message: str) -> None:
 
 def _end_of_turn(tokenizer: Any, text: str) -> int:
     """Index just past the first end-of-turn marker in `text` (the marker included)."""
-    markers = [m for m in chat_format.END_MARKERS if m not in _TURN_OPENERS]
+    markers = [m for m in chat.END_MARKERS if m not in _TURN_OPENERS]
     if tokenizer.eos_token:
         markers.append(tokenizer.eos_token)
     found = [(i, m) for m in markers if (i := text.find(m)) != -1]
@@ -119,13 +119,13 @@ def _end_of_turn(tokenizer: Any, text: str) -> int:
 def render_turn(tokenizer: Any, row: dict[str, Any]) -> tuple[str, str]:
     """(prompt, completion) text of a demo row for this tokenizer's chat template.
 
-    prompt: exactly `chat_format.render_prompt` of the observation (what the policy is given).
+    prompt: exactly `chat.render_prompt` of the observation (what the policy is given).
     completion: the oracle's turn as the template renders it after that prompt, through its
     end-of-turn token. Raises ValueError when the template does not extend the prompt with the
-    turn, or when `chat_format.parse_completion` does not read the oracle's calls back."""
+    turn, or when `chat.parse_completion` does not read the oracle's calls back."""
     instructions, tools, state, turn = row_observation(row)
-    prompt = chat_format.render_prompt(tokenizer, instructions, tools, state)
-    full = chat_format.render_prompt(tokenizer, instructions, tools, state + turn, add_generation_prompt=False)
+    prompt = chat.render_prompt(tokenizer, instructions, tools, state)
+    full = chat.render_prompt(tokenizer, instructions, tools, state + turn, add_generation_prompt=False)
     if not full.startswith(prompt):
         raise ValueError(
             f"the chat template of {tokenizer.name_or_path!r} renders the conversation with the assistant turn "
@@ -133,7 +133,7 @@ def render_turn(tokenizer: Any, row: dict[str, Any]) -> tuple[str, str]:
         )
     rest = full[len(prompt) :]
     completion = rest[: _end_of_turn(tokenizer, rest)]
-    parsed = chat_format.parse_completion(completion, tokenizer, prompt=prompt, tools=tools)
+    parsed = chat.parse_completion(completion, tokenizer, prompt=prompt, tools=tools)
     got = [(x["name"], json.loads(x["arguments"])) for x in parsed.items if x["type"] == "function_call"]
     want = [(x["name"], json.loads(x["arguments"])) for x in turn if x["type"] == "function_call"]
     if parsed.parse_errors or got != want:
@@ -146,7 +146,7 @@ def render_turn(tokenizer: Any, row: dict[str, Any]) -> tuple[str, str]:
 
 def tokenize_row(tokenizer: Any, row: dict[str, Any]) -> dict[str, list[int]]:
     """TRL's tokenised prompt/completion form of a row: ``input_ids`` and ``completion_mask`` (1 on the
-    completion). The prompt ids are `chat_format.prompt_ids`'s, the ones the policy is given."""
+    completion). The prompt ids are `chat.prompt_ids`'s, the ones the policy is given."""
     prompt, completion = render_turn(tokenizer, row)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     completion_ids = tokenizer.encode(completion, add_special_tokens=False)

@@ -12,12 +12,11 @@ from packaging.version import Version
 from transformers import AutoTokenizer
 
 from rl_compaction.accounting import ChatTemplateCounter
-from rl_compaction.core.chat_format import (
+from rl_compaction.chat import (
     detect_format,
     fallback_messages,
     mistral_call_id,
     parse_completion,
-    parse_conversation,
     prompt_ids,
     render_prompt,
 )
@@ -90,7 +89,7 @@ STATE = validate_state(
 
 
 def _relabel(state: list[dict]) -> list[dict]:
-    """call_ids renamed call_0, call_1, ... in order of the calls, as parse_conversation names them."""
+    """call_ids renamed call_0, call_1, ... in order of the calls."""
     names = {}
     for item in state:
         if item["type"] == "function_call":
@@ -196,15 +195,27 @@ def test_mistral_prompt_uses_nine_character_ids(tokenizers):
 # --------------------------------------------------------------------------- round trips
 
 
-@pytest.mark.parametrize("name", ["qwen", "llama", "smol"])
-def test_round_trip_keeps_content_order_and_call_links(tokenizers, name):
-    tok = tokenizers[name]
-    text = render_prompt(tok, INSTRUCTIONS, TOOLS, STATE)
-    back = parse_conversation(text, tok)
-    assert back == _relabel(STATE)
-    assert validate_state(back) == back
-    code = json.loads(next(x for x in back if x.get("name") == "evolve")["arguments"])["code"]
-    assert code == CODE
+def _rendered_pieces(state: list[dict]) -> list[str]:
+    """What the prompt must show of each item: a message's text, a call's arguments as JSON, an output."""
+    pieces = []
+    for item in state:
+        if item["type"] == "message":
+            pieces.append(item["content"])
+        elif item["type"] == "function_call":
+            pieces += [item["name"], json.dumps(json.loads(item["arguments"]), ensure_ascii=False)]
+        else:
+            pieces.append(item["output"])
+    return pieces
+
+
+@pytest.mark.parametrize("name", ["qwen", "llama", "smol"])  # the Mistral-style one drops text beside calls
+def test_the_prompt_shows_every_item_exactly_and_in_order(tokenizers, name):
+    text = render_prompt(tokenizers[name], INSTRUCTIONS, TOOLS, STATE)
+    pos = text.index(INSTRUCTIONS)
+    for piece in _rendered_pieces(STATE):
+        found = text.find(piece, pos)
+        assert found != -1, f"{piece[:60]!r} is missing from the {name} prompt, or out of order"
+        pos = found + len(piece)
 
 
 @pytest.mark.parametrize("name", ["qwen", "llama", "smol", "mistral"])
@@ -223,15 +234,6 @@ def test_a_rendered_assistant_turn_parses_back_to_its_items(tokenizers, name):
     assert [{k: v for k, v in x.items() if k != "call_id"} for x in parsed.items] == [
         {k: v for k, v in x.items() if k != "call_id"} for x in _relabel(turn)
     ]
-
-
-def test_parse_conversation_rejects_what_it_cannot_read():
-    with pytest.raises(ValueError, match="answers no open call"):
-        parse_conversation("<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n", "hermes")
-    with pytest.raises(ValueError, match="ChatML"):
-        parse_conversation("[INST] hi [/INST]", "hermes")
-    with pytest.raises(ValueError, match="not mistral"):
-        parse_conversation("<|im_start|>user\nhi<|im_end|>\n", "mistral")
 
 
 # --------------------------------------------------------------------------- completion parsing
