@@ -3,8 +3,10 @@
 Exit codes: 0 success, 1 the edit (or a check) was rejected, 2 bad usage or an invalid input
 file (one line on stderr, no traceback).
 
-Why one module of ~640 lines: one short handler per subcommand and the parser that names them; the
-handlers only parse arguments and call the library, so the whole command line reads in one place.
+One argparse tree names every subcommand, as TRL's own CLI does (`trl/cli/main.py`): the small
+commands declare their arguments on it; `train`, `sft`, `eval` and `reproduce` are registered without
+arguments and hand everything after their name to their config's TrlParser (every config field a flag,
+`--config FILE.yaml`). Each handler only parses and calls the library.
 """
 
 from __future__ import annotations
@@ -359,6 +361,31 @@ def cmd_eval(argv: list[str]) -> int:
     return 0
 
 
+def _train_or_sft(name: str, argv: list[str]) -> int:
+    """`rl-compaction train|sft`: the arguments go to the training script's own TrlParser."""
+    import yaml
+
+    if name == "train":
+        from rl_compaction.training.train import main as run
+    else:
+        from rl_compaction.training.sft import main as run
+    try:
+        run(argv, prog=f"rl-compaction {name}")
+    except (ValueError, FileNotFoundError) as e:
+        raise UsageError(str(e)) from None
+    except yaml.YAMLError as e:  # a syntax error in --config FILE.yaml
+        raise UsageError(f"the config is not valid YAML: {' '.join(str(e).split())}") from None
+    return 0
+
+
+def cmd_train(argv: list[str]) -> int:
+    return _train_or_sft("train", argv)
+
+
+def cmd_sft(argv: list[str]) -> int:
+    return _train_or_sft("sft", argv)
+
+
 def _print_report(report: dict) -> None:
     print(report["table"])
     print("\nwhat each row is: learned (GRPO) = the trained checkpoint with evolve; SFT-only = the warm start before")
@@ -370,7 +397,6 @@ def _print_report(report: dict) -> None:
 
 
 def cmd_reproduce(argv: list[str]) -> int:
-    """Parsed by TRL's TrlParser (every ReproduceConfig field is a flag), not by this module's argparse."""
     from rl_compaction.recipes.recipe import parse_reproduce_args
     from rl_compaction.recipes.reproduce import run_reproduce
 
@@ -493,8 +519,8 @@ class _Parser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
 
-#: the subcommands whose arguments TRL's TrlParser reads: (name, --help line, description)
-TRL_PARSED = (
+#: the subcommands whose arguments their config's TrlParser reads: (name, --help line, description)
+TRL_COMMANDS = (
     (
         "reproduce",
         "the CPU reproduction: demos, SFT, GRPO, held-out eval against baselines",
@@ -518,6 +544,8 @@ TRL_PARSED = (
         "All arguments go to rl_compaction.training.sft: --config FILE.yaml plus any SFTConfig flag.",
     ),
 )
+#: their handlers, which take the arguments after the command's name
+TRL_PARSED = {"reproduce": cmd_reproduce, "eval": cmd_eval, "train": cmd_train, "sft": cmd_sft}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -563,11 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue a failed or killed run in --output-dir")
     p.set_defaults(func=cmd_quickstart)
 
-    # listed here for `rl-compaction --help`; `main` hands their arguments to TRL's TrlParser
-    for name, helptext, description in TRL_PARSED:
-        sub.add_parser(name, help=helptext, description=description).add_argument(
-            "args", nargs=argparse.REMAINDER, metavar="ARGS"
-        )
+    # no arguments of their own here (-h included): `main` hands what follows the name to their TrlParser
+    for name, helptext, description in TRL_COMMANDS:
+        sub.add_parser(name, help=helptext, description=description, add_help=False).set_defaults(func=TRL_PARSED[name])
 
     p = sub.add_parser("demos", help="write oracle demonstrations (a datasets dataset of chat turns with tools)")
     p.add_argument("out_dir")
@@ -630,34 +656,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["train"], ["sft"]):  # TRL's parser owns every training flag
-        if argv[0] == "train":
-            from rl_compaction.training.train import main as run
-        else:
-            from rl_compaction.training.sft import main as run
-        import yaml
-
-        try:
-            run(argv[1:], prog=f"rl-compaction {argv[0]}")
-        except (ValueError, FileNotFoundError) as e:
-            print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
-            return 2
-        except yaml.YAMLError as e:  # a syntax error in --config FILE.yaml
-            print(
-                f"rl-compaction {argv[0]}: error: the config is not valid YAML: {' '.join(str(e).split())}",
-                file=sys.stderr,
-            )
-            return 2
-        return 0
-    if argv[:1] in (["reproduce"], ["eval"]):  # TRL's parser owns every field of their configs
-        try:
-            return (cmd_reproduce if argv[0] == "reproduce" else cmd_eval)(argv[1:])
-        except UsageError as e:
-            print(f"rl-compaction {argv[0]}: error: {e}", file=sys.stderr)
-            return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     try:
+        if args.func in TRL_PARSED.values():  # their TrlParser reads everything after the command's name
+            return args.func(argv[argv.index(args.command) + 1 :])
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args)
     except UsageError as e:
         print(f"rl-compaction {args.command}: error: {e}", file=sys.stderr)
