@@ -7,6 +7,9 @@ is newer than 28 Nov), and the 3 Dec start failed some of its conservative edits
 from it was to avoid failures, not cost. A kept start makes the tests about GRPO, which is what they
 claim; SFT has its own tests (test_sft). Each start is a few MB and ~8-16 min of SFT on 2 cores.
 
+A kept start holds only its own files (`OWN_FILES`): its tokenizer is the tiny tokenizer that the shipped
+quickstart start carries byte for byte (`keep` checks it), and `kept_start` assembles the folder a test loads.
+
     python tests/learning_starts.py [answer|cost ...]   # rebuild (both by default), then commit
 """
 
@@ -19,11 +22,15 @@ from pathlib import Path
 
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import build_tiny_model
+from rl_compaction.recipes.quickstart import SHIPPED_START
 from rl_compaction.recipes.reproduce import WARM_START_FILES
 from rl_compaction.training.demos import write_demos
 from rl_compaction.training.sft import train_sft
 
 STARTS = Path(__file__).parent / "data" / "learning-starts"
+#: what a kept start holds: the model; the tokenizer files are the shipped quickstart start's
+OWN_FILES = ("config.json", "generation_config.json", "model.safetensors")
+TOKENIZER_FILES = tuple(name for name in WARM_START_FILES if name not in OWN_FILES)
 
 #: vault level 1 with two filler pages (~590 tiny tokens each): the request comes after the
 #: first; ignoring it, the second page crosses the window
@@ -82,15 +89,29 @@ BUILDERS = {"answer": answer_start, "cost": cost_start}
 
 
 def keep(model_dir: Path, name: str) -> Path:
-    """Copy a start's model and tokenizer files (as the reproduction keeps a warm start) to STARTS/name,
-    replacing what was there; the SFT run's card and arguments are left behind."""
+    """Copy a start's own files to STARTS/name, replacing what was there; the SFT run's card and arguments
+    are left behind, and its tokenizer must be the shipped one, which `kept_start` puts back."""
+    for file in TOKENIZER_FILES:
+        if (model_dir / file).read_bytes() != (SHIPPED_START / file).read_bytes():
+            raise RuntimeError(f"{file} of the {name} start differs from the shipped {SHIPPED_START / file}")
     target = STARTS / name
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    for file in WARM_START_FILES:
+    for file in OWN_FILES:
         shutil.copy2(model_dir / file, target / file)
     return target
+
+
+def kept_start(name: str, into: Path) -> Path:
+    """The kept start `name` as a model folder in `into`: its own files and the shipped tokenizer's."""
+    folder = into / f"{name}-start"
+    folder.mkdir(parents=True)
+    for file in OWN_FILES:
+        shutil.copy2(STARTS / name / file, folder / file)
+    for file in TOKENIZER_FILES:
+        shutil.copy2(SHIPPED_START / file, folder / file)
+    return folder
 
 
 def main(names: list[str]) -> None:

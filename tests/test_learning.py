@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 import rl_compaction_envs.vault.family as vault
 import torch
-from learning_starts import COST_TASK, STARTS, TASK  # tests/ is on sys.path under pytest
+from learning_starts import COST_TASK, TASK, kept_start  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.harness.rollout import EpisodeRecord
@@ -157,7 +157,7 @@ def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path
         with capsys.disabled():
             print(f"\n[learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    start = STARTS / "answer"
+    start = kept_start("answer", tmp_path)
     turns = first_request_turns(start, tmp_path / "validation")
     before = answer_log_odds(start, turns)
     config = ReproduceConfig(episode={**TASK, "max_turns": MAX_TURNS}, grpo=GRPO)
@@ -218,7 +218,7 @@ def test_grpo_cost_term_moves_the_choice_to_the_cheaper_edit(tmp_path: Path, cap
         with capsys.disabled():
             print(f"\n[cost learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    start = STARTS / "cost"
+    start = kept_start("cost", tmp_path)
     points = decision_points(start, tmp_path / "validation")
     before = choice_log_odds(start, points)
     say(f"{len(points)} decision points, log-odds of the targeted edit {before:.2f}; GRPO, then its control")
