@@ -256,9 +256,13 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
     except FamilyCheckError as e:
         print(f"FAIL {args.family}: {e}", file=sys.stderr)
         return 1
-    for e in report.episodes:
-        peak = f"{e['peak_context']:,}"
-        print(f"oracle, test seed {e['seed']}: score {e['score']:.2f} in {e['turns']} turns, peak {peak} tokens")
+    for seed, e in report.episodes.items():
+        peak = f"{e.ledger.peak_context_tokens:,}"
+        print(f"oracle, test seed {seed}: score {e.score:.2f} in {e.turns} turns, peak {peak} tokens")
+    stats = report.stats
+    print(
+        f"oracle: success {stats.success_rate:.0%}, mean cost {stats.mean_cost:,.0f}, mean turns {stats.mean_turns:.1f}"
+    )
     for warning in report.warnings:
         print(f"warning: {warning}")
     print(f"PASS {args.family}: every check of the task contract holds")

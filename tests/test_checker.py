@@ -22,8 +22,9 @@ FAST = Difficulty(scale=0.25)  # 10 pages instead of 40
 @pytest.mark.parametrize("name", family_names())
 def test_every_shipped_family_passes(name):
     report = check_family(name)
-    assert [e["seed"] for e in report.episodes] == [0, 1]
-    assert all(e["score"] == 1.0 for e in report.episodes)
+    assert list(report.episodes) == [0, 1]
+    assert all(e.score == 1.0 and e.success for e in report.episodes.values())
+    assert report.stats.success_rate == 1.0 and report.stats.episodes == 2
     assert report.warnings == []  # at the default difficulty, every family outgrows a 32k window
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from gymnasium.utils.env_checker import check_env
 
 from rl_compaction.core.state import StateError, validate_state
+from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.harness.env import CompactionEnv, EnvConfig
 from rl_compaction.harness.oracle import run_oracle_episode
@@ -50,11 +51,16 @@ class FamilyCheckError(AssertionError):
 
 @dataclass
 class FamilyReport:
-    """What the checks measured: one row per oracle episode (test split) and any warnings."""
+    """What the checks measured: the oracle's episode on each test seed, their figures, any warnings."""
 
     family: str
-    episodes: list[dict[str, Any]] = field(default_factory=list)
+    #: test seed -> the oracle's episode with everything in view
+    episodes: dict[int, EpisodeSummary] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def stats(self) -> EpisodeStats:
+        return EpisodeStats.of(list(self.episodes.values()))
 
 
 def check_family(
@@ -116,15 +122,9 @@ def check_family(
                 f"{where}: two oracle episodes of the same task differ (score, turns or cost); the oracle or "
                 "the tools are not deterministic",
             )
-        report.episodes.append(
-            {
-                "seed": seed,
-                "score": end.score,
-                "turns": end.turns,
-                "peak_context": end.ledger.peak_context_tokens,
-            }
-        )
-    peak, default_window = max(e["peak_context"] for e in report.episodes), EnvConfig().context_window
+        report.episodes[seed] = end
+    peak = max(e.ledger.peak_context_tokens for e in report.episodes.values())
+    default_window = EnvConfig().context_window
     if peak < default_window:
         report.warnings.append(
             f"the oracle's peak context ({peak:,} tokens) stays under a {default_window:,}-token window at this "
