@@ -10,8 +10,8 @@ from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
 from rl_compaction.core.state import validate_state
-from rl_compaction.harness.env import CompactionEnv, EnvConfig, InvalidAction
-from rl_compaction.harness.oracle import OraclePolicy, make_env, run_oracle_episode
+from rl_compaction.harness.env import USAGE_REPORT, CompactionEnv, EnvConfig, InvalidAction
+from rl_compaction.harness.oracle import OWN_SHARE, OraclePolicy, evolve_options, make_env, run_oracle_episode
 from rl_compaction.harness.tasks import Difficulty
 
 SMALL = Difficulty(scale=0.06, level=1)
@@ -151,6 +151,39 @@ def test_compaction_request_is_appended_once_and_oracle_evolve_answers_it():
     assert requests and evolves and all(e["applied"] for e in evolves)
     assert info["success"]
     assert info["ledger"]["evolve_tokens"] > 0
+
+
+def test_a_usage_report_follows_every_turn_that_called_a_tool_and_states_the_input_before_it():
+    env = probe_env(usage_report=USAGE_REPORT, context_window=10_000)
+    obs, _ = env.reset(seed=0)
+    policy = OraclePolicy(env.task.oracle(), env)
+    obs, *_ = env.step(policy.act(obs))
+    report = obs["state"][-1]
+    assert obs["state"][-2]["type"] == "function_call_output" and report["role"] == "user"
+    before = env.counter.input_ids(obs["instructions"], obs["tools"], obs["state"][:-1])
+    percent = round(100 * len(before) / 10_000)
+    assert report["content"] == f"[harness] Your context holds {len(before)} of 10000 tokens ({percent}%)."
+    obs, *_ = env.step([{"role": "assistant", "content": "thinking"}])
+    assert obs["state"][-1]["content"] == EnvConfig().continue_nudge  # no call, no report
+    assert probe_env().reset(seed=0)[0]["state"] == probe_env(usage_report="").reset(seed=0)[0]["state"]
+
+
+def test_a_request_or_report_with_an_unknown_placeholder_is_refused_up_front():
+    with pytest.raises(ValueError, match="usage_report may use only"):
+        EnvConfig(usage_report="{used} tokens")
+    with pytest.raises(ValueError, match="compaction_request may use only"):
+        EnvConfig(compaction_request="compact at {limit}")
+
+
+def test_the_own_oracle_compacts_unasked_once_the_context_holds_its_share_of_the_window():
+    config = EnvConfig(**TIGHT, compaction_request="", usage_report=USAGE_REPORT)
+    env = make_env("probe", split="test", strategy="evolve_own", difficulty=MEDIUM, config=config)
+    info = run_oracle_episode(env, 0, **evolve_options("evolve_own"))
+    edits = [e for e in info["events"] if e["event"] == "evolve"]
+    assert info["success"] and not [e for e in info["events"] if e["event"] == "compaction_request"]
+    assert edits and all(e["applied"] and not e["asked"] and e["context_share"] >= OWN_SHARE for e in edits)
+    asked = make_env("probe", split="test", strategy="evolve", difficulty=MEDIUM, config=EnvConfig(**config.__dict__))
+    assert not run_oracle_episode(asked, 0, **evolve_options("evolve"))["success"]  # it waits for a request
 
 
 def test_text_beside_a_lone_evolve_call_is_allowed():

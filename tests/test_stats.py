@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rl_compaction.core.reports import oracle_table
+from rl_compaction.core.reports import format_share, oracle_table
 from rl_compaction.core.stats import EpisodeStats
-from rl_compaction.evaluation.report import policy_metrics
+from rl_compaction.evaluation.report import format_metrics, policy_metrics
 from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import OracleScriptedPolicy
 from rl_compaction.harness.rollout import rollout
@@ -40,6 +40,9 @@ def test_the_eval_row_grpo_metrics_and_the_oracle_table_read_one_computation():
     assert "success_ci95" not in logged and "episodes" not in logged
     assert f"{stats.success_rate:.0%} [" in oracle_table("vault", "test", 3300, {"mixed": summaries})
     assert EpisodeStats.from_dict(row) == stats  # metrics.json reads back
+    header, _, line = format_metrics([row]).splitlines()[:3]
+    end = header.index("edit@ctx") + len("edit@ctx")  # the table's column, right-aligned
+    assert line[:end].split()[-1] == format_share(stats.edit_context_share) != "-"
 
 
 def test_stats_of_rows_written_before_a_figure_existed():

@@ -63,7 +63,7 @@ def format_endings(ended: dict[str, int] | None) -> str:
 def format_metrics(rows: list[dict[str, Any]]) -> str:
     """Two tables: the outcome per policy, then its cost per episode split into parts; a short legend."""
     header = ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx"]
-    header += ["compact/ep", "targeted%", "select%", "asked%", "evolve fail", "wall s/ep"]
+    header += ["compact/ep", "edit@ctx", "targeted%", "select%", "asked%", "evolve fail", "wall s/ep"]
     table = [header]
     for r in rows:
         lo, hi = r["success_ci95"]
@@ -78,6 +78,7 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
                 f"{r['compactions_per_episode']:.1f}",
+                format_share(r.get("edit_context_share")),
                 format_share(r.get("targeted_share")),
                 format_share(r.get("selection_share")),
                 format_share(r.get("asked_share")),
@@ -93,7 +94,8 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "ended: why episodes ended (an answer, or the window, turn, output or time limit); cost|solved: mean cost of "
         "the solved episodes; cache%: share of input tokens read from the cache",
         "targeted%: the model's applied edits that left what the oracle's cheap edit leaves; select%: those that only "
-        "selected items; asked%: those that answered a compaction request",
+        "selected items; asked%: those that answered a compaction request; edit@ctx: the context each of them was "
+        "made at, as a share of the window (mean)",
         "",
         "cost per episode, in input-token equivalents (tokens x the cost preset's weights; attention: prefill tokens "
         "attending to the context before them; kv read: generated tokens reading its KV cache)",

@@ -61,6 +61,8 @@ DEFAULT_COMPACTION_REQUEST = (
     "[harness] Your context holds {tokens} of {window} tokens. Compact it now with the evolve tool: keep "
     "what you still need exactly and remove or shorten the rest."
 )
+#: a usage report, for EnvConfig.usage_report: the request's first sentence, without the request
+USAGE_REPORT = "[harness] Your context holds {tokens} of {window} tokens ({percent}%)."
 DEFAULT_CONTINUE_NUDGE = "[harness] Continue the task with the tools, or call submit with your final answer."
 
 
@@ -79,6 +81,12 @@ class EnvConfig:
     compaction_request: str = help_field(
         "the request's wording ({tokens} and {window} are filled in); empty: the harness never asks",
         default=DEFAULT_COMPACTION_REQUEST,
+    )
+    usage_report: str = help_field(
+        "a message the harness appends after every turn that called a tool, stating the context's size "
+        "({tokens}, {window} and {percent} are filled in), so that the agent can choose when to compact without "
+        "being asked; empty: none (e.g. rl_compaction.harness.env.USAGE_REPORT)",
+        default="",
     )
     request_role: str = help_field(
         "role of the request message, appended at the end (user or developer)", default="user"
@@ -119,6 +127,11 @@ class EnvConfig:
             self.rearm_tokens = max(1, (self.context_window - self.compaction_threshold) // 4)
         if self.request_role not in ("user", "developer"):
             raise ValueError("request_role must be 'user' or 'developer'")
+        for name in ("compaction_request", "usage_report"):
+            try:
+                getattr(self, name).format(tokens=0, window=1, percent=0)
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"{name} may use only {{tokens}}, {{window}} and {{percent}}: {e!r}") from None
         if self.max_turns <= 0 or self.max_output_tokens <= 0:
             raise ValueError("max_turns and max_output_tokens must be > 0")
 
@@ -356,6 +369,15 @@ class CompactionEnv(gym.Env):
             self._input_ids = self._render()
             if applied:
                 self._rearm()
+            if self.config.usage_report and turn.calls:
+                self._append(
+                    {
+                        "type": "message",
+                        "role": self.config.request_role,
+                        "content": self._usage(self.config.usage_report),
+                    }
+                )
+                self._input_ids = self._render()
             if len(self._input_ids) >= self._armed_at:
                 self._on_threshold()
             if len(self._input_ids) > self.config.context_window:
@@ -647,7 +669,7 @@ class CompactionEnv(gym.Env):
             return
         if self._requested or not self.config.compaction_request:
             return
-        text = self.config.compaction_request.format(tokens=tokens, window=self.config.context_window)
+        text = self._usage(self.config.compaction_request)
         self._append({"type": "message", "role": self.config.request_role, "content": text})
         self._requested = True
         self.compaction_requests += 1
@@ -659,6 +681,15 @@ class CompactionEnv(gym.Env):
     def _rearm(self) -> None:
         """After an edit: fire again only once the input has grown `rearm_tokens` past its new size."""
         self._armed_at = max(self.config.compaction_threshold, len(self._input_ids) + self.config.rearm_tokens)
+
+    def _usage(self, template: str) -> str:
+        tokens, window = len(self._input_ids), self.config.context_window
+        return template.format(tokens=tokens, window=window, percent=round(100 * tokens / window))
+
+    @property
+    def input_tokens(self) -> int:
+        """The tokens of the model's next input (instructions, tools and State)."""
+        return len(self._input_ids)
 
     @property
     def pending_compaction_request(self) -> int:

@@ -25,7 +25,9 @@ from rl_compaction.protocol.evolve import EVOLVE
 #: (`Oracle.recent_edit_code`: a larger context at every later turn, and the next request sooner);
 #: "evolve_eager": the targeted edit after every task tool output, asked or not
 #: (it succeeds as often, and pays for an evolve call and its receipt at every turn where the window
-#: still had room); "ignore", "evolve_lossy", "evolve_summary", "evolve_early", "evolve_recent" and
+#: still had room); "evolve_own": the targeted edit when asked, and unasked once the context holds
+#: `OWN_SHARE` of the window (after a task tool output), so that it compacts where the harness never asks;
+#: "ignore", "evolve_lossy", "evolve_summary", "evolve_early", "evolve_recent" and
 #: "evolve_eager" are imperfect strategies for demonstrations, so RL has something to fix on success
 #: and on cost; the others are harness strategies run at the threshold.
 ORACLE_STRATEGIES = (
@@ -37,6 +39,7 @@ ORACLE_STRATEGIES = (
     "evolve_early",
     "evolve_recent",
     "evolve_eager",
+    "evolve_own",
     *HARNESS_STRATEGIES,
 )
 
@@ -48,7 +51,13 @@ EDITS = {
     "evolve_early": "early",
     "evolve_recent": "recent",
     "evolve_eager": "targeted",
+    "evolve_own": "targeted",
 }
+#: the share of the window at which "evolve_own" edits unasked: the default request threshold's 75% less
+#: room for the page that may come next
+OWN_SHARE = 0.6
+#: the share of the window at which a strategy edits unasked (0: after every task tool output)
+UNASKED_AT = {"evolve_eager": 0.0, "evolve_own": OWN_SHARE}
 
 #: A short, valid, lossy edit any family can take: keep the messages, drop every tool call and
 #: output (the pending evolve call stays last). It forgets every fact the tools returned.
@@ -67,20 +76,31 @@ class OraclePolicy:
     """The oracle as a policy. With `use_evolve`, a pending compaction request is answered by one
     evolve call carrying the `edit`: the oracle's targeted code, `LOSSY_EVOLVE_CODE` ("lossy"), its
     summary code ("summary"), its early edit ("early") or its conservative edit ("recent"); otherwise
-    requests are ignored. With `eager`, it also edits unasked, right after every output of a task tool
-    (before the next call)."""
+    requests are ignored. With `unasked_at` (a share of the window), it also edits unasked, right after an
+    output of a task tool (before the next call), once the next input holds that share of the window (0: after
+    every output)."""
 
     def __init__(
-        self, oracle: Oracle, env: CompactionEnv, use_evolve: bool = False, edit: str = "targeted", eager: bool = False
+        self,
+        oracle: Oracle,
+        env: CompactionEnv,
+        use_evolve: bool = False,
+        edit: str = "targeted",
+        unasked_at: float | None = None,
     ):
         if edit not in EDITS.values():
             raise ValueError(f"unknown edit {edit!r}; choose from {', '.join(EDITS.values())}")
-        self.oracle, self.env, self.use_evolve, self.edit, self.eager = oracle, env, use_evolve, edit, eager
+        if unasked_at is not None and not 0.0 <= unasked_at <= 1.0:
+            raise ValueError(f"unasked_at is a share of the window in [0, 1], got {unasked_at}")
+        self.oracle, self.env, self.use_evolve, self.edit = oracle, env, use_evolve, edit
+        self.unasked_at = unasked_at
         self._answered = 0
 
     def _after_task_tool(self, state: list[dict[str, Any]], turn: list[dict[str, Any]]) -> bool:
         """Whether the State ends with a task tool's output and the oracle's next turn calls a task tool
-        (not submit): where an eager policy edits unasked."""
+        (not submit): where an eager policy edits unasked. A usage report after the output is looked past."""
+        if self.env.config.usage_report and state and state[-1].get("type") == "message":
+            state = state[:-1]
         last = state[-1] if state else {}
         if last.get("type") != "function_call_output":
             return False
@@ -109,7 +129,8 @@ class OraclePolicy:
             if code is not None:
                 return [self._evolve_call(f"oracle_evolve_{request}", code)]
         turn = self.oracle.act(state)
-        if self.eager and not request and self._after_task_tool(state, turn):
+        full = self.unasked_at is not None and self.env.input_tokens >= self.unasked_at * self.env.config.context_window
+        if full and not request and self._after_task_tool(state, turn):
             code = self._code(state)
             if code is not None:
                 return [self.oracle.function_call(state, EVOLVE, {"code": code}, prefix="oracle_eager_")]
@@ -145,7 +166,7 @@ class OracleScriptedPolicy(ScriptedPolicy):
 def evolve_options(strategy: str) -> dict[str, Any]:
     """`OraclePolicy` keyword arguments for an oracle strategy."""
     edit = EDITS.get(strategy, "targeted")
-    return {"use_evolve": strategy in EDITS, "edit": edit, "eager": strategy == "evolve_eager"}
+    return {"use_evolve": strategy in EDITS, "edit": edit, "unasked_at": UNASKED_AT.get(strategy)}
 
 
 def make_env(
@@ -166,12 +187,17 @@ def make_env(
 
 
 def run_oracle_episode(
-    env: CompactionEnv, seed: int, *, use_evolve: bool = False, edit: str = "targeted", eager: bool = False
+    env: CompactionEnv,
+    seed: int,
+    *,
+    use_evolve: bool = False,
+    edit: str = "targeted",
+    unasked_at: float | None = None,
 ) -> dict[str, Any]:
     """Reset `env` on task `seed`, let the oracle play it out, and return the final info."""
     obs, _ = env.reset(seed=seed)
     raw = env.unwrapped  # wrappers step the env; the oracle reads its task
-    policy = OraclePolicy(raw.task.oracle(), raw, use_evolve=use_evolve, edit=edit, eager=eager)
+    policy = OraclePolicy(raw.task.oracle(), raw, use_evolve=use_evolve, edit=edit, unasked_at=unasked_at)
     while True:
         obs, _, terminated, truncated, info = env.step(policy.act(obs))
         if terminated or truncated:
