@@ -11,8 +11,8 @@ import yaml
 
 from rl_compaction.core.stats import EpisodeStats
 from rl_compaction.recipes.quickstart import QUICKSTART_CONFIG, run_quickstart
-from rl_compaction.recipes.recipe import RECIPES, ReproduceConfig, compose_recipe, parse_reproduce_args
-from rl_compaction.recipes.report import CURVE_PANELS, EDIT_PANELS, learning_curve, verdict
+from rl_compaction.recipes.recipe import RECIPES, ReproduceConfig, check_configs, compose_recipe, parse_reproduce_args
+from rl_compaction.recipes.report import CURVE_PANELS, EDIT_PANELS, check_lines, learning_curve, verdict
 
 
 @pytest.mark.learning
@@ -126,7 +126,12 @@ def test_reproduce_reads_recipes_the_trl_way(tmp_path):
         ({"episode": {"scale": float("inf")}}, "episode: difficulty scale must be in \\(0, 1000\\], got inf"),
         ({"episode": {"famiy": "vault"}}, "episode: .*unexpected keyword argument 'famiy'"),
         ({"eval_episode": {"level": 7}}, "eval_episode: difficulty level must be 1, 2 or 3"),
-        ({"episode": {"family": ["vault", "probe"]}}, "not a distribution"),
+        ({"episode": {"family": ["vault", "probe"]}}, "eval_episode: the eval compares policies at one setting"),
+        ({"eval_checks": {"no requests": {"compaction_requst": ""}}}, "eval_checks: no requests: .*compaction_requst"),
+        (
+            {"eval_checks": {"windows": {"context_window": [3000, 4000]}}},
+            "eval_checks: windows: an eval plays one family at fixed settings",
+        ),
         ({"keep_failed": ["ignore"]}, "keep_failed"),
     ],
 )
@@ -143,6 +148,42 @@ def test_reproduce_refuses_a_bad_setting_before_any_stage(tmp_path, capsys, bad,
     path.write_text(yaml.safe_dump({"model": "tiny", **bad}))
     assert main(["reproduce", "--config", str(path), "--output-dir", str(tmp_path / "out")]) == 2
     assert "error:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_recipe_trains_on_a_distribution_and_evaluates_one_setting_with_its_checks(tmp_path):
+    episode = {"family": "vault", "level": 1, "scale": 0.03, "context_window": {"low": 3000, "high": 3600}}
+    episode["compaction_request"] = ["[harness] Compact now ({tokens} of {window} tokens).", ""]
+    checks = {"no requests": {"compaction_request": ""}, "Window 1,000,000!": {"context_window": 1_000_000}}
+    config = ReproduceConfig(
+        model="tiny",
+        output_dir=str(tmp_path / "out"),
+        episode=episode,
+        eval_episode={"context_window": 3300, "compaction_request": "Compact ({tokens})."},
+        eval_checks=checks,
+        demo_strategies=["evolve_own"],
+        keep_failed=[],
+    )
+    assert config.spec.is_distribution and not config.eval_spec.is_distribution
+    made = check_configs(config, tmp_path / "out", ["learned@evolve"])
+    assert list(made) == list(checks)
+    assert made["no requests"].episode.compaction_request == "" and made["no requests"].episode.context_window == 3300
+    assert made["Window 1,000,000!"].episode.context_window == 1_000_000
+    assert made["Window 1,000,000!"].output_dir == str(tmp_path / "out" / "eval_check_window_1_000_000")
+    assert made["no requests"].episode.split == "test" and made["no requests"].policies == ["learned@evolve"]
+
+
+def test_each_check_is_one_sentence_learned_against_sft_only_and_its_own_setting():
+    lines = check_lines(
+        _row(0.8, 1.0, (0.7, 0.88)),
+        {
+            "no requests": (_row(0.6, 1.0, (0.5, 0.7)), _row(0.1, 1.0, (0.05, 0.2))),
+            "far": (_row(0.1, 1.0, (0.05, 0.2)),) * 2,
+        },
+    )
+    assert (
+        lines[0].startswith("no requests: learned 60% [50%, 70%] (75% of its success") and "beyond the 95%" in lines[0]
+    )
+    assert lines[1].endswith("the intervals overlap")
 
 
 def _row(success: float, cost: float, ci: tuple[float, float]) -> EpisodeStats:

@@ -5,6 +5,7 @@ the eval's), checked before stage 1 so that a bad value is not found after 30 mi
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ RECIPES = Path(str(resources.files("rl_compaction_configs") / "reproduce"))
 TRL_SECTIONS = ("sft", "sft_answers", "grpo")
 #: the EpisodeSpec mappings of a recipe
 EPISODE_SECTIONS = ("episode", "eval_episode")
+#: the recipe's mapping of named eval checks, each a mapping of EpisodeSpec changes
+CHECKS = "eval_checks"
 
 
 #: `check_demo_settings`' names of the settings, as this recipe's fields call them
@@ -67,8 +70,9 @@ class ReproduceConfig:
         "the model to start from: a known name (tiny, tiny-recall, smollm2-135m) or a folder", default="tiny"
     )
     episode: dict[str, Any] | str | None = help_field(
-        "EpisodeSpec fields of every stage: the task family (one), its scale and level, the window (in the "
-        "model's own tokens), the threshold and the turn limit (YAML mapping; JSON on the command line)",
+        "EpisodeSpec fields of every stage: the task family, its scale and level, the window (in the model's own "
+        "tokens), the threshold and the turn limit; demos and GRPO may play a distribution (a list or {low, high} "
+        "per field, several families), drawn per episode (YAML mapping; JSON on the command line)",
         default_factory=dict,
     )
     demo_episodes: int = help_field("oracle episodes played for the demonstrations (train seeds)", default=60)
@@ -100,6 +104,11 @@ class ReproduceConfig:
         "over more compactions)",
         default_factory=dict,
     )
+    eval_checks: dict[str, Any] | str | None = help_field(
+        "named changes of the eval's EpisodeSpec under which the learned and SFT-only checkpoints play again, "
+        "two rows each (e.g. `no requests: {compaction_request: ''}`) (YAML mapping; JSON on the command line)",
+        default_factory=dict,
+    )
     eval_max_new_tokens: int = help_field("tokens a model row may generate per turn", default=96)
     eval_temperature: float = help_field("sampling temperature of the model rows", default=1.0)
     eval_batch_size: int = help_field("eval episodes run together (one batched model call)", default=16)
@@ -125,8 +134,10 @@ class ReproduceConfig:
         from rl_compaction.training.sft import SFTConfig
         from rl_compaction.training.trainer import CompactionGRPOConfig
 
-        for section in TRL_SECTIONS + EPISODE_SECTIONS:
+        for section in (*TRL_SECTIONS, *EPISODE_SECTIONS, CHECKS):
             setattr(self, section, as_mapping(section, getattr(self, section)))
+        for name, changes in self.eval_checks.items():
+            as_mapping(f"{CHECKS}: {name}", changes)
         check_counts(self, ("demo_episodes", "eval_episodes", "eval_max_new_tokens", "eval_batch_size"))
         check_counts(self, ("unlimited_window",))
         for section in EPISODE_SECTIONS:
@@ -134,8 +145,11 @@ class ReproduceConfig:
                 spec = self.spec if section == "episode" else self.eval_spec
             except (TypeError, ValueError) as e:  # an unknown key is a TypeError of the dataclass
                 raise ValueError(f"{section}: {e}") from None
-            if spec.is_distribution:
-                raise ValueError(f"{section}: a recipe plays one family at fixed settings, not a distribution")
+            if section == "eval_episode" and spec.is_distribution:
+                raise ValueError(
+                    "eval_episode: the eval compares policies at one setting; give one value for each field that "
+                    "`episode` draws from a distribution"
+                )
         check_output_dir(self.output_dir)
         if self.warm_start is not None and not (Path(self.warm_start) / "config.json").is_file():
             raise ValueError(f"warm_start {self.warm_start!r} is not a model folder (no config.json there)")
@@ -167,6 +181,7 @@ class ReproduceConfig:
             raise ValueError(f"grpo: {e}") from None
         try:
             eval_configs(self, out, self.baselines or ["oracle@none"])
+            check_configs(self, out, ["oracle@none"])
         except ValueError as e:  # EvalConfig names its own fields: `temperature` is this config's `eval_temperature`
             field, _, rest = str(e).partition(" ")
             raise ValueError(f"eval_{field} {rest}" if f"eval_{field}" in EVAL_FIELDS else str(e)) from None
@@ -322,3 +337,20 @@ def eval_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> tup
         policies=["oracle@none"], output_dir=str(out / "eval_unlimited"), episode=unlimited_spec, **common
     )
     return windowed, unlimited
+
+
+def check_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> dict[str, EvalConfig]:
+    """Stage 4's evals of `eval_checks`: `policies` under each named change of the eval's settings."""
+    windowed, _ = eval_configs(config, out, policies)
+    checks = {}
+    for name, changes in config.eval_checks.items():
+        try:
+            spec = replace(windowed.episode, **changes)
+        except (TypeError, ValueError) as e:  # an unknown key is a TypeError of the dataclass
+            raise ValueError(f"{CHECKS}: {name}: {e}") from None
+        folder = out / ("eval_check_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_"))
+        try:
+            checks[name] = replace(windowed, policies=policies, output_dir=str(folder), episode=spec)
+        except ValueError as e:
+            raise ValueError(f"{CHECKS}: {name}: {e}") from None
+    return checks

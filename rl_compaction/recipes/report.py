@@ -123,6 +123,27 @@ def verdict(rows: dict[str, EpisodeStats], learned: str, sft: str, unlimited: st
     return lines
 
 
+def check_lines(learned: EpisodeStats, checks: dict[str, tuple[EpisodeStats, EpisodeStats]]) -> list[str]:
+    """One sentence per eval check: the learned and SFT-only rows under the check's settings (`checks`: name ->
+    (learned, SFT-only)), the learned success as a share of its success at the recipe's settings (`learned`),
+    and whether learned beats SFT-only beyond the 95% intervals."""
+    lines = []
+    for name, (me, sft) in checks.items():
+        (lo, hi), (slo, shi) = me.success_ci95, sft.success_ci95
+        kept = f"{me.success_rate / learned.success_rate:.0%}" if learned.success_rate else "-"
+        if lo > shi:
+            outcome = "learned beats SFT-only beyond the 95% intervals"
+        elif hi < slo:
+            outcome = "SFT-only beats learned beyond the 95% intervals"
+        else:
+            outcome = "the intervals overlap"
+        lines.append(
+            f"{name}: learned {me.success_rate:.0%} [{lo:.0%}, {hi:.0%}] ({kept} of its success at the recipe's "
+            f"settings), SFT-only {sft.success_rate:.0%} [{slo:.0%}, {shi:.0%}] -> {outcome}"
+        )
+    return lines
+
+
 def solved_cost_line(me: EpisodeStats, sft: EpisodeStats) -> str:
     """Cost at equal success: the learned and SFT-only rows' mean cost over the episodes each solved, with
     95% intervals, and whether the learned one is lower beyond them."""

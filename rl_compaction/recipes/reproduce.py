@@ -40,8 +40,8 @@ from rl_compaction.evaluation.evaluate import run_eval
 from rl_compaction.evaluation.report import format_metrics, plot_success_vs_cost, plot_title
 from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.models.registry import MARKER
-from rl_compaction.recipes.recipe import ReproduceConfig, eval_configs, grpo_settings
-from rl_compaction.recipes.report import log_plots_to_wandb, plot_learning_curve, verdict
+from rl_compaction.recipes.recipe import ReproduceConfig, check_configs, eval_configs, grpo_settings
+from rl_compaction.recipes.report import check_lines, log_plots_to_wandb, plot_learning_curve, verdict
 from rl_compaction.training.demos import write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
@@ -276,6 +276,7 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     windowed_config, unlimited_config = eval_configs(config, out, [learned, sft, *config.baselines])
     windowed = run_eval(windowed_config, resume=resume, use_wandb=config.wandb)
     unlimited = run_eval(unlimited_config, resume=resume)
+    checked = {name: run_eval(c, resume=resume) for name, c in check_configs(config, out, [learned, sft]).items()}
     _done(out, timings, "eval", start)
 
     _stage(5, 5, "table, plots and verdict")
@@ -283,7 +284,12 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     unlimited_name = f"oracle@none (window {config.unlimited_window:,})"
     rows[unlimited_name] = {**unlimited["metrics"]["policies"]["oracle@none"], "policy": unlimited_name}
     names = {learned: "learned (GRPO)", sft: "SFT-only"}
-    table_rows = [{**r, "policy": names.get(k, k)} for k, r in rows.items()]
+    check_rows = {
+        f"{names[spec]}, {name}": result["metrics"]["policies"][spec]
+        for name, result in checked.items()
+        for spec in names
+    }
+    table_rows = [{**r, "policy": names.get(k, k)} for k, r in {**rows, **check_rows}.items()]
     table = format_metrics(table_rows)
     title = plot_title(windowed_config, note=f"unlimited row: {config.unlimited_window:,}")
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
@@ -291,11 +297,18 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     if config.wandb:
         log_plots_to_wandb(out, {"success_vs_cost": plot, "learning_curve": curve}, asdict(config))
     lines = verdict({k: EpisodeStats.from_dict(r) for k, r in rows.items()}, learned, sft, unlimited_name)
+    lines += check_lines(
+        EpisodeStats.from_dict(rows[learned]),
+        {
+            name: tuple(EpisodeStats.from_dict(result["metrics"]["policies"][spec]) for spec in (learned, sft))
+            for name, result in checked.items()
+        },
+    )
     report = {
         "table": table,
         "verdict": lines,
         "timings": timings,
-        "rows": rows,
+        "rows": {**rows, **check_rows},
         "plot": str(plot),
         "learning_curve": str(curve),
     }
