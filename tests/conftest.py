@@ -2,7 +2,9 @@
 
 Tiers (markers): `learning` (GRPO runs whose figures are the point, minutes each), `scienceworld` (the Java
 simulator), `vllm` (vLLM's CPU build, in its own environment) and `slow` (over ~4 s here, which all three
-imply). `pytest -m "not slow" -n 2` is the fast tier a developer runs; CI runs everything.
+imply). `pytest -m "not slow" -n 2` is the fast tier a developer runs; CI runs everything on every core
+(`pytest -n auto --dist loadgroup`): the learning tests share one worker and keep torch's default threads, with
+which their figures were measured; every other test runs on one thread, so the workers do not oversubscribe.
 
 ScienceWorld's simulator runs on Java 8+: without `java` on PATH its tests are skipped with that reason
 (they failed, and one crashed pytest), except the ones marked `without_java`, which check the error a user
@@ -10,6 +12,7 @@ without Java gets."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -44,3 +47,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # under `pytest -n 2 --dist loadgroup` the GRPO runs take one worker, one after another, and the
             # other tests the other: two at once would each get half the cores
             item.add_marker(pytest.mark.xdist_group("learning"))
+
+
+_DEFAULT_THREADS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_per_worker(request: pytest.FixtureRequest) -> None:
+    """Under xdist: one torch thread for each test, the default for the learning tests (see the module)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    import torch
+
+    if not _DEFAULT_THREADS:
+        _DEFAULT_THREADS.append(torch.get_num_threads())
+    torch.set_num_threads(_DEFAULT_THREADS[0] if request.node.get_closest_marker("learning") else 1)
