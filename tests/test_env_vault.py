@@ -43,7 +43,7 @@ def _run(strategy: str, window: int, counter: str, seed: int = 0, threshold: int
 
 def test_the_family_passes_the_task_contract():
     report = check_family(VaultFamily(), difficulty=TOY)
-    assert all(e["score"] == 1.0 for e in report.episodes)
+    assert all(e.score == 1.0 for e in report.episodes.values())
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -40,8 +40,9 @@ def test_the_eval_row_grpo_metrics_and_the_oracle_table_read_one_computation():
     assert "success_ci95" not in logged and "episodes" not in logged
     assert f"{stats.success_rate:.0%} [" in oracle_table("vault", "test", 3300, {"mixed": summaries})
     assert EpisodeStats.from_dict(row) == stats  # metrics.json reads back
-    header, _, line = format_metrics([row]).splitlines()[:3]
-    end = header.index("edit@ctx") + len("edit@ctx")  # the table's column, right-aligned
+    edits = next(t for t in format_metrics([row]).split("\n\n") if "edit@ctx" in t.splitlines()[0])
+    header, _, line = edits.splitlines()[:3]
+    end = header.index("edit@ctx") + len("edit@ctx")  # the edits table's column, right-aligned
     assert line[:end].split()[-1] == format_share(stats.edit_context_share) != "-"
 
 

@@ -61,13 +61,16 @@ def format_endings(ended: dict[str, int] | None) -> str:
 
 
 def format_metrics(rows: list[dict[str, Any]]) -> str:
-    """Two tables: the outcome per policy, then its cost per episode split into parts; a short legend."""
-    header = ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx"]
-    header += ["compact/ep", "edit@ctx", "targeted%", "select%", "asked%", "evolve fail", "wall s/ep"]
-    table = [header]
+    """Three tables: the outcome per policy, its edits, and its cost per episode split into parts; a short legend
+    under each."""
+    outcome = [
+        ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx", "wall s/ep"]
+    ]
+    edits = [["policy", "compact/ep", "edit@ctx", "targeted%", "select%", "asked%", "evolve fail"]]
+    parts_table = [["policy", "cost", "= uncached", "+ cached", "+ output", "+ write", "+ attention", "+ kv read"]]
     for r in rows:
         lo, hi = r["success_ci95"]
-        table.append(
+        outcome.append(
             [
                 r["policy"],
                 f"{r['success_rate']:.0%} [{lo:.0%}, {hi:.0%}]",
@@ -77,31 +80,44 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 "-" if r.get("mean_cost_solved") is None else f"{r['mean_cost_solved']:,.0f}",
                 f"{r['cached_share']:.0%}",
                 f"{r['peak_context']:,.0f}",
+                f"{r['mean_wall_s']:.1f}",
+            ]
+        )
+        edits.append(
+            [
+                r["policy"],
                 f"{r['compactions_per_episode']:.1f}",
                 format_share(r.get("edit_context_share")),
                 format_share(r.get("targeted_share")),
                 format_share(r.get("selection_share")),
                 format_share(r.get("asked_share")),
                 f"{r['evolve_failure_rate']:.0%}",
-                f"{r['mean_wall_s']:.1f}",
             ]
         )
-    parts_table = [["policy", "cost", "= uncached", "+ cached", "+ output", "+ write", "+ attention", "+ kv read"]]
-    for r in rows:
         parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
         parts_table.append([r["policy"], f"{r['mean_cost']:,.0f}", *(_amount(parts.get(k)) for k in COST_PARTS)])
-    legend = [
+    legends = [
         "ended: why episodes ended (an answer, or the window, turn, output or time limit); cost|solved: mean cost of "
         "the solved episodes; cache%: share of input tokens read from the cache",
-        "targeted%: the model's applied edits that left what the oracle's cheap edit leaves; select%: those that only "
-        "selected items; asked%: those that answered a compaction request; edit@ctx: the context each of them was "
-        "made at, as a share of the window (mean)",
-        "",
+        "compact/ep: edits per episode; edit@ctx: the context each of the model's edits was made at, as a share of the "
+        "window (mean); targeted%: the edits that left what the oracle's cheap edit leaves; select%: those that only "
+        "selected items; asked%: those that answered a compaction request",
         "cost per episode, in input-token equivalents (tokens x the cost preset's weights; attention: prefill tokens "
         "attending to the context before them; kv read: generated tokens reading its KV cache)",
     ]
     wrap = partial(textwrap.fill, width=110, subsequent_indent="  ")
-    return "\n".join([render_table(table), *map(wrap, legend[:2]), "", wrap(legend[3]), render_table(parts_table)])
+    return "\n".join(
+        [
+            render_table(outcome),
+            wrap(legends[0]),
+            "",
+            render_table(edits),
+            wrap(legends[1]),
+            "",
+            wrap(legends[2]),
+            render_table(parts_table),
+        ]
+    )
 
 
 def plot_title(config: EvalConfig, note: str = "") -> str:

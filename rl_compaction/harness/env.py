@@ -19,8 +19,7 @@ wrong (the policy wrapper's bug: items not a list, token ids not lists of ints) 
 episode under way is over), `step` raises Gymnasium's `ResetNeeded`.
 
 Why one module of ~700 lines: `CompactionEnv` is one state machine (State, history, window,
-threshold, limits and ledger change together at every step); its action and observation checks sit
-beside it because they define what a step accepts.
+threshold, limits and ledger change together at every step). Its spaces live in `harness.spaces`.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from rl_compaction.core.state import (
     quote,
     validate_state,
 )
+from rl_compaction.harness.spaces import action_space, observation_space
 from rl_compaction.harness.tasks import SUBMIT_TOOL, Difficulty, Task, TaskFamily, ToolError, family_names, get_family
 from rl_compaction.protocol.evolve import EVOLVE, EVOLVE_TOOL, apply_evolve, system_message
 
@@ -194,58 +194,6 @@ HarnessStrategy = Callable[[State, "CompactionEnv"], str]
 EditLabel = Callable[["CompactionEnv", State, dict[str, Any], State], dict[str, Any]]
 
 
-class JSONSpace(gym.Space):
-    """A space of JSON values checked by a predicate (Gymnasium has no space for structured text)."""
-
-    def __init__(self, check: Callable[[Any], None], example: Callable[[], Any], seed: int | None = None):
-        super().__init__(shape=None, dtype=None, seed=seed)
-        self._check, self._example = check, example
-
-    def contains(self, x: Any) -> bool:
-        try:
-            self._check(x)
-        except (StateError, ValueError, TypeError, KeyError):
-            return False
-        return True
-
-    def sample(self, mask: Any = None, probability: Any = None) -> Any:
-        return self._example()
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        """Spaces that check and sample with the same functions are the same space (vector envs compare
-        their sub-envs' spaces)."""
-        return isinstance(other, JSONSpace) and (self._check, self._example) == (other._check, other._example)
-
-    def __hash__(self) -> int:
-        return hash((JSONSpace, self._check, self._example))
-
-
-def _check_observation(obs: Any) -> None:
-    if not isinstance(obs, dict) or set(obs) != {"instructions", "tools", "state"}:
-        raise ValueError("observation must be a dict with instructions, tools and state")
-    if not isinstance(obs["instructions"], str) or not isinstance(obs["tools"], list):
-        raise TypeError("bad instructions or tools")
-    validate_state(obs["state"])
-
-
-def _example_observation() -> dict[str, Any]:
-    return {"instructions": "", "tools": [], "state": [{"type": "message", "role": "user", "content": "hi"}]}
-
-
-def _example_action() -> list[dict[str, Any]]:
-    return [{"role": "assistant", "content": "Thinking."}]
-
-
-def _check_action(action: Any) -> None:
-    items = action.get("items") if isinstance(action, dict) else action
-    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
-        raise ValueError("an action is a list of output items or a dict with 'items'")
-
-
 def _token_ids(value: Any, name: str) -> list[int] | None:
     """Token ids of an action as a list of ints >= 0 (numpy arrays and tensors are converted)."""
     if value is None:
@@ -283,8 +231,7 @@ class CompactionEnv(gym.Env):
         self.counter = counter or get_counter(self.config.tokenizer)
         self.cache_model = get_cache_model(self.config.cache_preset)
         self.render_mode = render_mode
-        self.observation_space = JSONSpace(_check_observation, _example_observation)
-        self.action_space = JSONSpace(_check_action, _example_action)
+        self.observation_space, self.action_space = observation_space(), action_space()
         self.task: Task | None = None
         self._reset_failed = False
         self._edit_labels: list[EditLabel] = []
