@@ -10,7 +10,7 @@ claim; SFT has its own tests (test_sft). Each start is a few MB and ~8-16 min of
 A kept start holds only its own files (`OWN_FILES`): its tokenizer is the tiny tokenizer that the shipped
 quickstart start carries byte for byte (`keep` checks it), and `kept_start` assembles the folder a test loads.
 
-    python tests/learning_starts.py [answer|cost ...]   # rebuild (both by default), then commit
+    python tests/learning_starts.py [answer|cost|unasked ...]   # rebuild (all by default), then commit
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rl_compaction.harness.env import USAGE_REPORT
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.models.registry import build_tiny_model
 from rl_compaction.recipes.quickstart import SHIPPED_START
@@ -39,7 +40,10 @@ TASK = {"family": "vault", "scale": 0.02, "level": 1, "context_window": 2700, "c
 #: edits succeed (oracle, 8 validation seeds: targeted 5,692, conservative 7,322, both 100%)
 COST_TASK = {**TASK, "context_window": 3300}
 
-#: SFT settings of both starts (`SFTConfig` fields)
+#: TASK without requests, with the usage report after every tool call: the agent must compact on its own
+UNASKED_TASK = {**TASK, "compaction_request": "", "usage_report": USAGE_REPORT}
+
+#: SFT settings of every start (`SFTConfig` fields)
 SFT = {
     "use_cpu": True,
     "save_strategy": "no",
@@ -59,20 +63,25 @@ PROTOCOL = {"learning_rate": 2e-3, "lr_scheduler_type": "linear", "warmup_steps"
 COST_SFT_STEPS = 2000
 
 
-def answer_start(work: Path) -> Path:
-    """The protocol from 1,000 SFT steps on oracle demonstrations (read, the targeted edit when asked,
-    submit) and on ones that ignore the request, then 5 small steps toward ignoring it: a policy that
-    answers about half of the requests."""
+def _half_start(work: Path, task: dict, edit: str) -> Path:
+    """The protocol from 1,000 SFT steps on oracle demonstrations of `edit` (read, the edit, submit) and on
+    ones that read on without editing, 1:1, then 5 small steps toward reading on: a policy that edits at
+    about half of the points where the oracle does."""
     start = build_tiny_model(work / "random", hidden_size=128, layers=4)
-    demos = EpisodeSpec(**TASK, tokenizer=str(start))
-    write_demos(work / "demos", demos, 64, ["evolve", "ignore"], keep_failed=["ignore"])
+    demos = EpisodeSpec(**task, tokenizer=str(start))
+    write_demos(work / "demos", demos, 64, [edit, "ignore"], keep_failed=["ignore"])
     train_sft(work / "demos", str(start), work / "sft", balance_turns=True, **PROTOCOL, **SFT)
-    # balanced SFT answers nearly every request; a nudge toward the ignoring demonstrations makes it
-    # answer about half of them (5 steps at 1e-4; 10 at 2e-4 already answer almost none)
+    # balanced SFT edits nearly everywhere; a nudge toward the ignoring demonstrations makes it edit at
+    # about half of the points (5 steps at 1e-4; 10 at 2e-4 already edit almost nowhere, for requests)
     write_demos(work / "ignoring", demos, 32, ["ignore"], keep_failed=["ignore"])
     schedule = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "max_steps": 5}
     train_sft(work / "ignoring", str(work / "sft"), work / "weak", **schedule, **SFT)
     return work / "weak"
+
+
+def answer_start(work: Path) -> Path:
+    """A policy that answers about half of the requests with the targeted edit."""
+    return _half_start(work, TASK, "evolve")
 
 
 def cost_start(work: Path) -> Path:
@@ -85,7 +94,13 @@ def cost_start(work: Path) -> Path:
     return work / "sft"
 
 
-BUILDERS = {"answer": answer_start, "cost": cost_start}
+def unasked_start(work: Path) -> Path:
+    """No request comes: a policy that compacts unasked, at 75% of the window as the oracle's `evolve_own`
+    does, at about half of those points, and reads on into the window at the others."""
+    return _half_start(work, UNASKED_TASK, "evolve_own")
+
+
+BUILDERS = {"answer": answer_start, "cost": cost_start, "unasked": unasked_start}
 
 
 def keep(model_dir: Path, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""GRPO learns from the real task reward (issue 8, item 6) and from its cost term (issue 19, item 5).
+"""GRPO learns from the real task reward (to answer a request, and to compact unasked) and from its cost term.
 
 Both tests run GRPO from a kept warm start (tests/data/learning-starts, built by
 tests/learning_starts.py, which says why it is kept), then run a control from the same start with the
@@ -30,6 +30,12 @@ conservative edit's (the choice itself, teacher-forced). Measured here on 3 Dec:
 five GRPO steps, 0.20 with the cost term's sign flipped (1.18 and 0.09 after eight, which the test ran
 until 3 Dec).
 
+The first test runs a second time from a third start, where no request ever comes and the harness
+reports the context's size after every tool call (`usage_report`): the same recipe with the oracle's
+unasked edit at 75% of the window (`evolve_own`) in place of the answer to a request. The measure is the
+same log-odds at the oracle's first unasked edit of 32 validation episodes. Measured here on 6 Dec: 1.20
+before, 2.12 after five GRPO steps, 0.24 with the reward negated.
+
 Five steps each, since 3 Dec: the runs' log-odds after every step (RESULTS.md, the cost axis) put five
 steps at about 2x each margin, in half the CI time of ten and eight.
 """
@@ -45,7 +51,7 @@ from pathlib import Path
 import pytest
 import rl_compaction_envs.vault.family as vault
 import torch
-from learning_starts import COST_TASK, TASK, kept_start  # tests/ is on sys.path under pytest
+from learning_starts import COST_TASK, TASK, UNASKED_TASK, kept_start  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.harness.rollout import EpisodeRecord
@@ -86,11 +92,14 @@ def paired_runs(
     return after, controlled
 
 
-def first_request_turns(tokenizer_dir: Path, out: Path) -> list[tuple[str, str, str]]:
-    """(prompt, targeted-edit turn, read turn) at the first compaction request of 32 validation tasks,
-    rendered with the model's chat template from the oracle's own episodes."""
+def first_request_turns(
+    tokenizer_dir: Path, out: Path, task: dict = TASK, strategy: str = "evolve"
+) -> list[tuple[str, str, str]]:
+    """(prompt, targeted-edit turn, read turn) at the first compaction request of 32 validation tasks (or,
+    with `strategy` "evolve_own", at the oracle's first edit), rendered with the model's chat template from
+    the oracle's own episodes."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    rows = write_demos(out, EpisodeSpec(**TASK, tokenizer=str(tokenizer_dir)), 32, ["evolve"], split="validation")
+    rows = write_demos(out, EpisodeSpec(**task, tokenizer=str(tokenizer_dir)), 32, [strategy], split="validation")
     edits: dict[int, tuple[str, str]] = {}
     reads: dict[int, str] = {}
     for row in rows:
@@ -151,22 +160,42 @@ def reward_negated(record: EpisodeRecord, config: RewardConfig) -> dict[str, flo
     return {name: -value for name, value in record_reward(record, config).items()}
 
 
+#: the unasked test's margins, about half of what its kept start measured on 6 Dec: five GRPO steps raised
+#: the log-odds by 0.92 (1.20 -> 2.12) and ended 1.88 above the control with the reward negated (0.24)
+UNASKED_MARGIN = 0.45
+UNASKED_CONTROL_MARGIN = 0.9
+
+
 @pytest.mark.learning
-def test_grpo_learns_to_answer_compaction_requests_from_the_task_reward(tmp_path: Path, capsys):
+@pytest.mark.parametrize(
+    "start_name, task, strategy, margin, control_margin",
+    [
+        ("answer", TASK, "evolve", ANSWER_MARGIN, ANSWER_CONTROL_MARGIN),
+        ("unasked", UNASKED_TASK, "evolve_own", UNASKED_MARGIN, UNASKED_CONTROL_MARGIN),
+    ],
+    ids=["a compaction request", "an unasked edit near the window"],
+)
+def test_grpo_raises_the_probability_of_editing_from_the_task_reward(
+    tmp_path: Path, capsys, start_name: str, task: dict, strategy: str, margin: float, control_margin: float
+):
+    """At the first request (or, where no request comes and the harness reports the context's size, at the
+    oracle's first unasked edit, at 75% of the window) of 32 validation episodes: the log-odds of the
+    targeted edit's turn against a read turn, before GRPO, after it and after its control."""
+
     def say(message: str) -> None:  # this test runs for minutes: show where it is, even when captured
         with capsys.disabled():
-            print(f"\n[learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
+            print(f"\n[{start_name} learning test {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    start = kept_start("answer", tmp_path)
-    turns = first_request_turns(start, tmp_path / "validation")
+    start = kept_start(start_name, tmp_path)
+    turns = first_request_turns(start, tmp_path / "validation", task, strategy)
     before = answer_log_odds(start, turns)
-    config = ReproduceConfig(episode={**TASK, "max_turns": MAX_TURNS}, grpo=GRPO)
+    config = ReproduceConfig(episode={**task, "max_turns": MAX_TURNS}, grpo=GRPO)
     say(f"log-odds before GRPO {before:.2f}; GRPO, {GRPO['max_steps']} steps, then its control")
     after, control = paired_runs(
         config, start, tmp_path, reward_negated, lambda model: answer_log_odds(model, turns), say
     )
-    assert after >= before + ANSWER_MARGIN, (before, after)
-    assert after >= control + ANSWER_CONTROL_MARGIN, (after, control)
+    assert after >= before + margin, (before, after)
+    assert after >= control + control_margin, (after, control)
 
 
 #: the first test's GRPO, with room for the conservative edit's longer call
