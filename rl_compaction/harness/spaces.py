@@ -15,7 +15,7 @@ from rl_compaction.core.state import StateError, validate_state
 
 
 class JSONSpace(gym.Space):
-    """A space of JSON values checked by a predicate (Gymnasium has no space for structured text)."""
+    """A space of JSON values: `contains` runs `check`, `sample` returns `example()`."""
 
     def __init__(self, check: Callable[[Any], None], example: Callable[[], Any], seed: int | None = None):
         super().__init__(shape=None, dtype=None, seed=seed)
@@ -44,7 +44,7 @@ class JSONSpace(gym.Space):
         return hash((JSONSpace, self._check, self._example))
 
 
-def check_observation(obs: Any) -> None:
+def _check_observation(obs: Any) -> None:
     if not isinstance(obs, dict) or set(obs) != {"instructions", "tools", "state"}:
         raise ValueError("observation must be a dict with instructions, tools and state")
     if not isinstance(obs["instructions"], str) or not isinstance(obs["tools"], list):
@@ -60,7 +60,7 @@ def _example_action() -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": "Thinking."}]
 
 
-def check_action(action: Any) -> None:
+def _check_action(action: Any) -> None:
     items = action.get("items") if isinstance(action, dict) else action
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise ValueError("an action is a list of output items or a dict with 'items'")
@@ -68,9 +68,9 @@ def check_action(action: Any) -> None:
 
 def observation_space() -> JSONSpace:
     """``{"instructions": str, "tools": [tool definitions], "state": State}``."""
-    return JSONSpace(check_observation, _example_observation)
+    return JSONSpace(_check_observation, _example_observation)
 
 
 def action_space() -> JSONSpace:
     """One model turn: a list of output items, or a dict with ``items`` (and optionally token ids)."""
-    return JSONSpace(check_action, _example_action)
+    return JSONSpace(_check_action, _example_action)
