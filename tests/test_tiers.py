@@ -1,0 +1,55 @@
+"""The test tiers hold under the installed pytest and pytest-xdist: CI's `pytest -n auto --dist loadgroup`
+runs the learning tests on one worker, one after another.
+
+When they ran on both workers at once, each at torch's default threads on 2 cores, CI took 33 minutes and
+passed, so nothing but the time showed it: pytest-xdist 3.8 groups a test by rewriting `item._nodeid`,
+which pytest 9.2 no longer reads. This runs the real conftest on four `learning` tests under xdist and
+checks where they ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+
+LEARNING_TESTS = """
+import os
+import time
+
+import pytest
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("i", range(4))
+def test_learning(i):
+    time.sleep(0.3)  # the other worker is free to take one, if the group does not hold
+    with open(os.path.join(os.environ["WORKERS_OUT"], f"worker-{i}"), "w") as out:
+        out.write(os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_other(i):
+    time.sleep(0.1)
+"""
+
+
+def test_learning_tests_share_one_worker_under_loadgroup(tmp_path: Path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(TESTS / "conftest.py", suite / "conftest.py")
+    (suite / "test_grouped.py").write_text(LEARNING_TESTS)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", str(suite)],
+        capture_output=True,
+        text=True,
+        cwd=suite,
+        timeout=120,
+        env={**os.environ, "WORKERS_OUT": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers = {(tmp_path / f"worker-{i}").read_text() for i in range(4)}
+    assert len(workers) == 1, f"the learning tests ran on workers {sorted(workers)}"
