@@ -43,6 +43,13 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     table = report["table"]
     for row in ("learned (GRPO)", "SFT-only", "oracle@sliding_window", "oracle@none (window 1,000,000)"):
         assert row in table
+    # the quickstart's checks: each checkpoint again without requests, and at its own unlimited window
+    for check in ("no requests", "own unlimited window, no requests"):
+        assert f"learned (GRPO), {check}" in table and f"SFT-only, {check}" in table
+        assert any(line.startswith(f"{check}: learned") for line in report["verdict"])
+    own = json.loads((out / "eval_check_own_unlimited_window_no_requests" / "metrics.json").read_text())
+    own = own["config"]["episode"]
+    assert own["context_window"] == 1_000_000 and own["compaction_request"] == ""
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
@@ -343,7 +350,7 @@ def test_the_quickstart_is_the_reproduction_recipe_with_a_few_changes(tmp_path):
     `base` and gives only what differs (a mapping key by key); a base that is missing or loops is refused."""
     quick, full = (ReproduceConfig.from_yaml(RECIPES / name) for name in ("quickstart.yaml", "vault-tiny-cpu.yaml"))
     differ = {f.name for f in dataclasses.fields(ReproduceConfig) if getattr(quick, f.name) != getattr(full, f.name)}
-    assert differ == {"output_dir", "episode", "wandb"}
+    assert differ == {"output_dir", "episode", "wandb", "eval_checks"}
     assert {k for k in quick.episode if quick.episode[k] != full.episode[k]} == {"scale", "max_turns"}
     assert "base" in yaml.safe_load(QUICKSTART_CONFIG.read_text()) and len(QUICKSTART_CONFIG.read_text()) < 1500
     (tmp_path / "a.yaml").write_text("base: b.yaml\nmodel: tiny\n")
