@@ -135,6 +135,7 @@ def test_reproduce_reads_recipes_the_trl_way(tmp_path):
         ({"eval_episode": {"level": 7}}, "eval_episode: difficulty level must be 1, 2 or 3"),
         ({"episode": {"family": ["vault", "probe"]}}, "eval_episode: the eval compares policies at one setting"),
         ({"eval_checks": {"no requests": {"compaction_requst": ""}}}, "eval_checks: no requests: .*compaction_requst"),
+        ({"eval_check_episodes": 0}, "eval_check_episodes must be an integer >= 1"),
         (
             {"eval_checks": {"windows": {"context_window": [3000, 4000]}}},
             "eval_checks: windows: an eval plays one family at fixed settings",
@@ -177,6 +178,9 @@ def test_a_recipe_trains_on_a_distribution_and_evaluates_one_setting_with_its_ch
     assert made["Window 1,000,000!"].episode.context_window == 1_000_000
     assert made["Window 1,000,000!"].output_dir == str(tmp_path / "out" / "eval_check_window_1_000_000")
     assert made["no requests"].episode.split == "test" and made["no requests"].policies == ["learned@evolve"]
+    assert made["no requests"].episodes == config.eval_episodes  # by default, as many as the main rows
+    fewer = dataclasses.replace(config, eval_check_episodes=8)
+    assert {c.episodes for c in check_configs(fewer, tmp_path / "out", ["learned@evolve"]).values()} == {8}
 
 
 def test_each_check_is_one_sentence_learned_against_sft_only_and_its_own_setting():
@@ -350,7 +354,7 @@ def test_the_quickstart_is_the_reproduction_recipe_with_a_few_changes(tmp_path):
     `base` and gives only what differs (a mapping key by key); a base that is missing or loops is refused."""
     quick, full = (ReproduceConfig.from_yaml(RECIPES / name) for name in ("quickstart.yaml", "vault-tiny-cpu.yaml"))
     differ = {f.name for f in dataclasses.fields(ReproduceConfig) if getattr(quick, f.name) != getattr(full, f.name)}
-    assert differ == {"output_dir", "episode", "wandb", "eval_checks"}
+    assert differ == {"output_dir", "episode", "wandb", "eval_checks", "eval_check_episodes"}
     assert {k for k in quick.episode if quick.episode[k] != full.episode[k]} == {"scale", "max_turns"}
     assert "base" in yaml.safe_load(QUICKSTART_CONFIG.read_text()) and len(QUICKSTART_CONFIG.read_text()) < 1500
     (tmp_path / "a.yaml").write_text("base: b.yaml\nmodel: tiny\n")

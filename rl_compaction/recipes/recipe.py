@@ -109,6 +109,9 @@ class ReproduceConfig:
         "two rows each (e.g. `no requests: {compaction_request: ''}`) (YAML mapping; JSON on the command line)",
         default_factory=dict,
     )
+    eval_check_episodes: int | None = help_field(
+        "held-out test episodes per row of each eval check (default: eval_episodes)", default=None
+    )
     eval_max_new_tokens: int = help_field("tokens a model row may generate per turn", default=96)
     eval_temperature: float = help_field("sampling temperature of the model rows", default=1.0)
     eval_batch_size: int = help_field("eval episodes run together (one batched model call)", default=16)
@@ -140,6 +143,8 @@ class ReproduceConfig:
             as_mapping(f"{CHECKS}: {name}", changes)
         check_counts(self, ("demo_episodes", "eval_episodes", "eval_max_new_tokens", "eval_batch_size"))
         check_counts(self, ("unlimited_window",))
+        if self.eval_check_episodes is not None:
+            check_counts(self, ("eval_check_episodes",))
         for section in EPISODE_SECTIONS:
             try:
                 spec = self.spec if section == "episode" else self.eval_spec
@@ -350,7 +355,8 @@ def check_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> di
             raise ValueError(f"{CHECKS}: {name}: {e}") from None
         folder = out / ("eval_check_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_"))
         try:
-            checks[name] = replace(windowed, policies=policies, output_dir=str(folder), episode=spec)
+            episodes = config.eval_check_episodes or config.eval_episodes
+            checks[name] = replace(windowed, policies=policies, output_dir=str(folder), episode=spec, episodes=episodes)
         except ValueError as e:
             raise ValueError(f"{CHECKS}: {name}: {e}") from None
     return checks
