@@ -393,11 +393,14 @@ def cmd_sft(argv: list[str]) -> int:
 def _print_report(report: dict) -> None:
     print(report["table"])
     print("\nwhat each row is: learned (GRPO) = the trained checkpoint with evolve; SFT-only = the warm start before")
-    print("GRPO; oracle@STRATEGY = the scripted oracle under a fixed strategy at the same window; the last row is the")
-    print("oracle with an unlimited window (no compaction needed).")
+    print("GRPO; oracle@STRATEGY = the scripted oracle under a fixed strategy at the same window; oracle@none (window")
+    print("N) = the oracle with an unlimited window (no compaction needed); a row named after an eval check = the")
+    print("checkpoint again under that check's change of the settings.")
     print("\n" + "\n".join(report["verdict"]))
     times = ", ".join(f"{k} {v:.0f} s" for k, v in report["timings"].items())
     print(f"\nstages: {times}\nplot:           {report['plot']}\nlearning curve: {report['learning_curve']}")
+    if report["checks_plot"]:
+        print(f"eval checks:    {report['checks_plot']}")
 
 
 def cmd_reproduce(argv: list[str]) -> int:

@@ -48,6 +48,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # under `pytest -n 2 --dist loadgroup` the GRPO runs take one worker, one after another, and the
             # other tests the other: two at once would each get half the cores
             item.add_marker(pytest.mark.xdist_group("learning"))
+    # the learning tests first: their worker starts on them at once, and the other worker takes every other
+    # test as it frees up (pytest-xdist hands out work in collection order), rather than the learning tests
+    # starting only when the queue reaches them, half way, and running on alone at the end
+    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
 
 
 _DEFAULT_THREADS: list[int] = []

@@ -53,6 +53,7 @@ def test_quickstart_runs_all_stages(tmp_path, monkeypatch):
     assert report["verdict"][0].startswith("learned (GRPO checkpoint)")
     assert any("vs SFT-only" in line for line in report["verdict"])
     assert (out / "success_vs_cost.png").exists() and (out / "learning_curve.png").exists()
+    assert report["checks_plot"] == str(out / "checks.png") and (out / "checks.png").stat().st_size > 0
     # the curve is drawn from what GRPO logged: every panel has the step's point (the cheap-edit shares
     # have one exactly when the step's episodes applied an edit)
     history = json.loads((out / "grpo" / "log_history.json").read_text())
@@ -179,8 +180,9 @@ def test_a_recipe_trains_on_a_distribution_and_evaluates_one_setting_with_its_ch
     assert made["Window 1,000,000!"].output_dir == str(tmp_path / "out" / "eval_check_window_1_000_000")
     assert made["no requests"].episode.split == "test" and made["no requests"].policies == ["learned@evolve"]
     assert made["no requests"].episodes == config.eval_episodes  # by default, as many as the main rows
-    fewer = dataclasses.replace(config, eval_check_episodes=8)
-    assert {c.episodes for c in check_configs(fewer, tmp_path / "out", ["learned@evolve"]).values()} == {8}
+    for episodes, checks, expected in ((32, 8, 8), (4, 8, 4)):  # at most eval_episodes: a short run stays short
+        fewer = dataclasses.replace(config, eval_episodes=episodes, eval_check_episodes=checks)
+        assert {c.episodes for c in check_configs(fewer, tmp_path / "out", ["learned@evolve"]).values()} == {expected}
 
 
 def test_each_check_is_one_sentence_learned_against_sft_only_and_its_own_setting():

@@ -110,7 +110,7 @@ class ReproduceConfig:
         default_factory=dict,
     )
     eval_check_episodes: int | None = help_field(
-        "held-out test episodes per row of each eval check (default: eval_episodes)", default=None
+        "held-out test episodes per row of each eval check (default, and at most: eval_episodes)", default=None
     )
     eval_max_new_tokens: int = help_field("tokens a model row may generate per turn", default=96)
     eval_temperature: float = help_field("sampling temperature of the model rows", default=1.0)
@@ -355,7 +355,7 @@ def check_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> di
             raise ValueError(f"{CHECKS}: {name}: {e}") from None
         folder = out / ("eval_check_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_"))
         try:
-            episodes = config.eval_check_episodes or config.eval_episodes
+            episodes = min(config.eval_check_episodes or config.eval_episodes, config.eval_episodes)
             checks[name] = replace(windowed, policies=policies, output_dir=str(folder), episode=spec, episodes=episodes)
         except ValueError as e:
             raise ValueError(f"{CHECKS}: {name}: {e}") from None

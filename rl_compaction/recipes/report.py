@@ -3,6 +3,7 @@ row beat each other row, in sentences), and the plots logged to W&B."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,34 @@ def check_lines(learned: EpisodeStats, checks: dict[str, tuple[EpisodeStats, Epi
             f"settings), SFT-only {sft.success_rate:.0%} [{slo:.0%}, {shi:.0%}] -> {outcome}"
         )
     return lines
+
+
+def plot_checks(settings: dict[str, tuple[EpisodeStats, EpisodeStats]], path: Path, title: str = "") -> Path:
+    """Success with its 95% interval, learned beside SFT-only, at the recipe's own setting and under each eval
+    check (`settings`: label -> (learned, SFT-only), the recipe's setting first): how far the policy holds
+    outside what it was trained on (another window, length or request schedule)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(settings)), 4.2))
+    for offset, (index, label, color) in ((-0.12, (0, "learned (GRPO)", "C0")), (0.12, (1, "SFT-only", "C1"))):
+        rates = [100 * rows[index].success_rate for rows in settings.values()]
+        low = [r - 100 * rows[index].success_ci95[0] for r, rows in zip(rates, settings.values(), strict=True)]
+        high = [100 * rows[index].success_ci95[1] - r for r, rows in zip(rates, settings.values(), strict=True)]
+        x = [i + offset for i in range(len(settings))]
+        ax.errorbar(x, rates, yerr=[low, high], fmt="o", capsize=4, color=color, label=label)
+    ax.set_xticks(range(len(settings)), [textwrap.fill(name, 18) for name in settings], fontsize=8)
+    ax.set_ylabel("success, % (95% CI)")
+    ax.set_ylim(-3, 103)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "success at the recipe's setting and under each eval check", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def solved_cost_line(me: EpisodeStats, sft: EpisodeStats) -> str:

@@ -41,7 +41,7 @@ from rl_compaction.evaluation.report import format_metrics, plot_success_vs_cost
 from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.models.registry import MARKER
 from rl_compaction.recipes.recipe import ReproduceConfig, check_configs, eval_configs, grpo_settings
-from rl_compaction.recipes.report import check_lines, log_plots_to_wandb, plot_learning_curve, verdict
+from rl_compaction.recipes.report import check_lines, log_plots_to_wandb, plot_checks, plot_learning_curve, verdict
 from rl_compaction.training.demos import write_demos
 from rl_compaction.training.reward import RewardFn
 from rl_compaction.training.sft import train_sft, write_model_card
@@ -294,16 +294,18 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
     title = plot_title(windowed_config, note=f"unlimited row: {config.unlimited_window:,}")
     plot = plot_success_vs_cost(table_rows, out / "success_vs_cost.png", title)
     curve = plot_learning_curve(history, out / "learning_curve.png")
+    images = {"success_vs_cost": plot, "learning_curve": curve}
+    pairs = {
+        name: tuple(EpisodeStats.from_dict(result["metrics"]["policies"][spec]) for spec in (learned, sft))
+        for name, result in checked.items()
+    }
+    if pairs:  # success at the eval's setting and under each check, learned beside SFT-only
+        own = tuple(EpisodeStats.from_dict(rows[spec]) for spec in (learned, sft))
+        images["checks"] = plot_checks({"the recipe's eval setting": own, **pairs}, out / "checks.png", title)
     if config.wandb:
-        log_plots_to_wandb(out, {"success_vs_cost": plot, "learning_curve": curve}, asdict(config))
+        log_plots_to_wandb(out, images, asdict(config))
     lines = verdict({k: EpisodeStats.from_dict(r) for k, r in rows.items()}, learned, sft, unlimited_name)
-    lines += check_lines(
-        EpisodeStats.from_dict(rows[learned]),
-        {
-            name: tuple(EpisodeStats.from_dict(result["metrics"]["policies"][spec]) for spec in (learned, sft))
-            for name, result in checked.items()
-        },
-    )
+    lines += check_lines(EpisodeStats.from_dict(rows[learned]), pairs)
     report = {
         "table": table,
         "verdict": lines,
@@ -311,6 +313,7 @@ def _run_reproduce(config: ReproduceConfig, resume: bool) -> dict[str, Any]:
         "rows": {**rows, **check_rows},
         "plot": str(plot),
         "learning_curve": str(curve),
+        "checks_plot": str(images["checks"]) if pairs else None,
     }
     (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (out / "report.md").write_text(table + "\n\n" + "\n".join(f"- {x}" for x in lines) + "\n", encoding="utf-8")
