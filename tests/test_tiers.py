@@ -46,30 +46,27 @@ def write_suite(root: Path) -> Path:
     return suite
 
 
-def test_learning_tests_share_one_worker_under_loadgroup(tmp_path: Path):
-    suite = write_suite(tmp_path)
+def run_pytest(suite: Path, *args: str, out: Path) -> str:
+    """pytest on `suite` in a process of its own (the learning tests write their worker under `out`): its output."""
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", str(suite)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(suite)],
         capture_output=True,
         text=True,
         cwd=suite,
         timeout=120,
-        env={**os.environ, "WORKERS_OUT": str(tmp_path)},
+        env={**os.environ, "WORKERS_OUT": str(out)},
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def test_learning_tests_share_one_worker_under_loadgroup(tmp_path: Path):
+    run_pytest(write_suite(tmp_path), "-n", "2", "--dist", "loadgroup", out=tmp_path)
     workers = {(tmp_path / f"worker-{i}").read_text() for i in range(4)}
     assert len(workers) == 1, f"the learning tests ran on workers {sorted(workers)}"
 
 
 def test_learning_tests_are_collected_first(tmp_path: Path):
-    suite = write_suite(tmp_path)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", str(suite)],
-        capture_output=True,
-        text=True,
-        cwd=suite,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    names = [line.split("::")[-1].split("[")[0] for line in run.stdout.splitlines() if "::" in line]
+    collected = run_pytest(write_suite(tmp_path), "--collect-only", out=tmp_path)
+    names = [line.split("::")[-1].split("[")[0] for line in collected.splitlines() if "::" in line]
     assert names == ["test_learning"] * 4 + ["test_other"] * 4, names

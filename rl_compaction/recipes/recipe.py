@@ -347,6 +347,7 @@ def eval_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> tup
 def check_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> dict[str, EvalConfig]:
     """Stage 4's evals of `eval_checks`: `policies` under each named change of the eval's settings."""
     windowed, _ = eval_configs(config, out, policies)
+    episodes = min(config.eval_check_episodes or config.eval_episodes, config.eval_episodes)
     checks = {}
     for name, changes in config.eval_checks.items():
         try:
@@ -355,7 +356,6 @@ def check_configs(config: ReproduceConfig, out: Path, policies: list[str]) -> di
             raise ValueError(f"{CHECKS}: {name}: {e}") from None
         folder = out / ("eval_check_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_"))
         try:
-            episodes = min(config.eval_check_episodes or config.eval_episodes, config.eval_episodes)
             checks[name] = replace(windowed, policies=policies, output_dir=str(folder), episode=spec, episodes=episodes)
         except ValueError as e:
             raise ValueError(f"{CHECKS}: {name}: {e}") from None

@@ -155,10 +155,11 @@ def plot_checks(settings: dict[str, tuple[EpisodeStats, EpisodeStats]], path: Pa
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(settings)), 4.2))
-    for offset, (index, label, color) in ((-0.12, (0, "learned (GRPO)", "C0")), (0.12, (1, "SFT-only", "C1"))):
-        rates = [100 * rows[index].success_rate for rows in settings.values()]
-        low = [r - 100 * rows[index].success_ci95[0] for r, rows in zip(rates, settings.values(), strict=True)]
-        high = [100 * rows[index].success_ci95[1] - r for r, rows in zip(rates, settings.values(), strict=True)]
+    for index, (label, color, offset) in enumerate((("learned (GRPO)", "C0", -0.12), ("SFT-only", "C1", 0.12))):
+        stats = [pair[index] for pair in settings.values()]
+        rates = [100 * row.success_rate for row in stats]
+        low = [rate - 100 * row.success_ci95[0] for rate, row in zip(rates, stats, strict=True)]
+        high = [100 * row.success_ci95[1] - rate for rate, row in zip(rates, stats, strict=True)]
         x = [i + offset for i in range(len(settings))]
         ax.errorbar(x, rates, yerr=[low, high], fmt="o", capsize=4, color=color, label=label)
     ax.set_xticks(range(len(settings)), [textwrap.fill(name, 18) for name in settings], fontsize=8)
