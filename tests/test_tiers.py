@@ -1,10 +1,11 @@
-"""The test tiers hold under the installed pytest and pytest-xdist: CI's `pytest -n auto --dist loadgroup`
-runs the learning tests on one worker, one after another, and starts them first.
+"""The test tiers hold under the installed pytest and pytest-xdist: CI's `pytest -n auto` runs every test on one
+torch thread, the learning tests on every worker at once, and the slowest tiers first.
 
-When they ran on both workers at once, each at torch's default threads on 2 cores, CI took 33 minutes and
-passed, so nothing but the time showed it: pytest-xdist 3.8 groups a test by rewriting `item._nodeid`,
-which pytest 9.2 no longer reads. This runs the real conftest on four `learning` tests under xdist and
-checks where they ran, and the order they are collected in."""
+Nothing but CI's time shows these: the learning tests pass whatever their schedule. When they ran on both
+workers at two torch threads each on 2 cores, each took 1.6-2x its idle time; when they were meant to share
+one worker (pytest-xdist 3.8's groups, which pytest 9.2 ignores) they did not, and CI took 33 minutes. This
+runs the real conftest on a small suite under xdist and checks where, at how many threads and in what
+order its tests ran."""
 
 from __future__ import annotations
 
@@ -21,28 +22,39 @@ import os
 import time
 
 import pytest
+import torch
+
+
+def record(name):
+    with open(os.path.join(os.environ["WORKERS_OUT"], name), "w") as out:
+        out.write(f"{os.environ['PYTEST_XDIST_WORKER']} {torch.get_num_threads()}")
 
 
 @pytest.mark.parametrize("i", range(4))
 def test_other(i):
+    time.sleep(0.1)
+    record(f"other-{i}")
+
+
+@pytest.mark.slow
+def test_slow():
     time.sleep(0.1)
 
 
 @pytest.mark.learning
 @pytest.mark.parametrize("i", range(4))
 def test_learning(i):
-    time.sleep(0.3)  # the other worker is free to take one, if the group does not hold
-    with open(os.path.join(os.environ["WORKERS_OUT"], f"worker-{i}"), "w") as out:
-        out.write(os.environ["PYTEST_XDIST_WORKER"])
+    time.sleep(0.3)
+    record(f"learning-{i}")
 """
 
 
 def write_suite(root: Path) -> Path:
-    """A suite of four `learning` tests after four others, under the real conftest."""
+    """Four `learning` tests after a `slow` one and four others, under the real conftest."""
     suite = root / "suite"
     suite.mkdir()
     shutil.copy(TESTS / "conftest.py", suite / "conftest.py")
-    (suite / "test_grouped.py").write_text(LEARNING_TESTS)
+    (suite / "test_tiered.py").write_text(LEARNING_TESTS)
     return suite
 
 
@@ -60,13 +72,15 @@ def run_pytest(suite: Path, *args: str, out: Path) -> str:
     return run.stdout
 
 
-def test_learning_tests_share_one_worker_under_loadgroup(tmp_path: Path):
-    run_pytest(write_suite(tmp_path), "-n", "2", "--dist", "loadgroup", out=tmp_path)
-    workers = {(tmp_path / f"worker-{i}").read_text() for i in range(4)}
-    assert len(workers) == 1, f"the learning tests ran on workers {sorted(workers)}"
+def test_every_test_runs_on_one_thread_and_the_learning_tests_on_both_workers(tmp_path: Path):
+    run_pytest(write_suite(tmp_path), "-n", "2", out=tmp_path)
+    ran = {path.name: path.read_text().split() for path in tmp_path.iterdir() if path.is_file()}
+    assert {threads for _, threads in ran.values()} == {"1"}, ran
+    learning_workers = {worker for name, (worker, _) in ran.items() if name.startswith("learning")}
+    assert len(learning_workers) == 2, f"the learning tests ran on {sorted(learning_workers)} only"
 
 
-def test_learning_tests_are_collected_first(tmp_path: Path):
+def test_the_slowest_tiers_are_collected_first(tmp_path: Path):
     collected = run_pytest(write_suite(tmp_path), "--collect-only", out=tmp_path)
     names = [line.split("::")[-1].split("[")[0] for line in collected.splitlines() if "::" in line]
-    assert names == ["test_learning"] * 4 + ["test_other"] * 4, names
+    assert names == ["test_learning"] * 4 + ["test_slow"] + ["test_other"] * 4, names
