@@ -3,10 +3,13 @@
 Tiers (markers): `learning` (GRPO runs whose figures are the point, minutes each), `scienceworld` (the Java
 simulator), `vllm` (vLLM's CPU build, in its own environment) and `slow` (over ~4 s here, which all three
 imply). `pytest -m "not slow" -n 2` is the fast tier a developer runs; CI runs everything on every core
-(`pytest -n auto`). Under pytest-xdist every test runs on one torch thread, so two workers never share a core
-(at two threads each on 2 cores, the GRPO tests took 1.6-2x their idle time); the learning tests' figures
-are the same at one thread as at two, to the digit. The slowest tiers are collected first, so the workers
-start on them at once and the short tests fill in around them.
+(`pytest -n auto --dist loadgroup`). Under pytest-xdist every test runs on one torch thread, so two workers
+never share a core (at two threads each on 2 cores, the GRPO tests took 1.6-2x their idle time); the
+learning tests' figures are the same at one thread as at two, to the digit. The slowest tiers are
+collected first, and `--dist loadgroup` (no test here is grouped, so each test is its own unit) hands them
+out one at a time as workers free up: the learning tests start at once on every worker and the short tests
+fill in around them. The default `--dist load` sends each worker a block of consecutive tests up front,
+which put every learning test on the first worker.
 
 ScienceWorld's simulator runs on Java 8+: without `java` on PATH its tests are skipped with that reason
 (they failed, and one crashed pytest), except the ones marked `without_java`, which check the error a user

@@ -37,8 +37,10 @@ same log-odds at the oracle's first unasked edit of 32 validation episodes. Meas
 before, 1.78 after three GRPO steps, 0.62 with the reward negated (2.12 and 0.24 after five).
 
 Three steps each, since 6 Dec, to bring CI toward 15 minutes: the three tests took 507 s one after another
-on the idle 2-core machine. Each margin is about half of the effect measured at three steps, as it was at
-five; the answer and cost runs' log-odds after every step are in RESULTS.md (the cost axis).
+on the idle 2-core machine at torch's 2 threads. Under pytest-xdist each runs at one thread (tests/conftest.py),
+and every figure above is the same there to the digit (7 Dec: the answer and unasked tests side by side,
+211 and 216 s, then the cost test alone, 252 s). Each margin is about half of the effect measured at three
+steps, as it was at five; the answer and cost runs' log-odds after every step are in RESULTS.md (the cost axis).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""The test tiers hold under the installed pytest and pytest-xdist: CI's `pytest -n auto` runs every test on one
-torch thread, the learning tests on every worker at once, and the slowest tiers first.
+"""The test tiers hold under the installed pytest and pytest-xdist: the README's test command runs every test
+on one torch thread, the learning tests on every worker at once, and the slowest tiers first.
 
 Nothing but CI's time shows these: the learning tests pass whatever their schedule. When they ran on both
-workers at two torch threads each on 2 cores, each took 1.6-2x its idle time; when they were meant to share
-one worker (pytest-xdist 3.8's groups, which pytest 9.2 ignores) they did not, and CI took 33 minutes. This
-runs the real conftest on a small suite under xdist and checks where, at how many threads and in what
-order its tests ran."""
+workers at two torch threads each on 2 cores, each took 1.6-2x its idle time; under `--dist load` all of
+them landed on the first worker, one after another. This runs the real conftest on a suite of 45 tests
+under the README's command at two workers and checks where, at how many threads and in what order they ran."""
 
 from __future__ import annotations
 
@@ -30,9 +29,9 @@ def record(name):
         out.write(f"{os.environ['PYTEST_XDIST_WORKER']} {torch.get_num_threads()}")
 
 
-@pytest.mark.parametrize("i", range(4))
+@pytest.mark.parametrize("i", range(40))
 def test_other(i):
-    time.sleep(0.1)
+    time.sleep(0.01)
     record(f"other-{i}")
 
 
@@ -50,7 +49,7 @@ def test_learning(i):
 
 
 def write_suite(root: Path) -> Path:
-    """Four `learning` tests after a `slow` one and four others, under the real conftest."""
+    """Four `learning` tests after a `slow` one and 40 others, under the real conftest."""
     suite = root / "suite"
     suite.mkdir()
     shutil.copy(TESTS / "conftest.py", suite / "conftest.py")
@@ -72,8 +71,15 @@ def run_pytest(suite: Path, *args: str, out: Path) -> str:
     return run.stdout
 
 
+def readme_xdist_flags() -> list[str]:
+    """The README's test command's pytest flags, at two workers."""
+    readme = (TESTS.parent / "README.md").read_text(encoding="utf-8")
+    command = next(line for line in readme.splitlines() if "pip install -e '.[dev]' && pytest" in line)
+    return ["2" if flag == "auto" else flag for flag in command.split("&& pytest")[1].split()]
+
+
 def test_every_test_runs_on_one_thread_and_the_learning_tests_on_both_workers(tmp_path: Path):
-    run_pytest(write_suite(tmp_path), "-n", "2", out=tmp_path)
+    run_pytest(write_suite(tmp_path), *readme_xdist_flags(), out=tmp_path)
     ran = {path.name: path.read_text().split() for path in tmp_path.iterdir() if path.is_file()}
     assert {threads for _, threads in ran.values()} == {"1"}, ran
     learning_workers = {worker for name, (worker, _) in ran.items() if name.startswith("learning")}
@@ -83,4 +89,4 @@ def test_every_test_runs_on_one_thread_and_the_learning_tests_on_both_workers(tm
 def test_the_slowest_tiers_are_collected_first(tmp_path: Path):
     collected = run_pytest(write_suite(tmp_path), "--collect-only", out=tmp_path)
     names = [line.split("::")[-1].split("[")[0] for line in collected.splitlines() if "::" in line]
-    assert names == ["test_learning"] * 4 + ["test_slow"] + ["test_other"] * 4, names
+    assert names == ["test_learning"] * 4 + ["test_slow"] + ["test_other"] * 40, names
