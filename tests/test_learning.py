@@ -45,6 +45,7 @@ steps, as it was at five; the answer and cost runs' log-odds after every step ar
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import time
@@ -119,14 +120,24 @@ def answer_log_odds(model_dir: Path, turns: list[tuple[str, str, str]]) -> float
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
-    def logp(prompt: str, completion: str) -> float:
-        p = tokenizer.encode(prompt, add_special_tokens=False)
-        c = tokenizer.encode(completion, add_special_tokens=False)
-        with torch.no_grad():
-            logps = model(torch.tensor([p + c])).logits[0, len(p) - 1 : -1].log_softmax(-1)
-        return logps.gather(1, torch.tensor(c)[:, None]).sum().item()
+    @torch.no_grad()
+    def log_odds(prompt: str, edit: str, read: str) -> float:
+        """The prompt runs once; each completion goes on from a copy of its KV cache (half the forward
+        passes of running prompt + completion twice; the figures agree to 1e-4)."""
+        prompted = model(
+            torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)]), use_cache=True, logits_to_keep=1
+        )
 
-    return statistics.mean(logp(prompt, edit) - logp(prompt, read) for prompt, edit, read in turns)
+        def logp(completion: str) -> float:
+            c = tokenizer.encode(completion, add_special_tokens=False)
+            cache = copy.deepcopy(prompted.past_key_values)
+            rest = model(torch.tensor([c[:-1]]), past_key_values=cache, use_cache=True).logits[0]
+            logps = torch.cat([prompted.logits[0, -1:], rest]).log_softmax(-1)
+            return logps.gather(1, torch.tensor(c)[:, None]).sum().item()
+
+        return logp(edit) - logp(read)
+
+    return statistics.mean(log_odds(*turn) for turn in turns)
 
 
 #: three GRPO steps, each on one training task's group of 8 episodes (`CompactionGRPOConfig` fields)
@@ -233,7 +244,7 @@ def choice_log_odds(model_dir: Path, points: list[tuple[list[int], int, int]]) -
     """Mean log P(targeted token) - log P(conservative token) at the decision points."""
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     with torch.no_grad():
-        logps = [model(torch.tensor([ids])).logits[0, -1].log_softmax(-1) for ids, _, _ in points]
+        logps = [model(torch.tensor([ids]), logits_to_keep=1).logits[0, -1].log_softmax(-1) for ids, _, _ in points]
     return statistics.mean((lp[a] - lp[b]).item() for lp, (_, a, b) in zip(logps, points, strict=True))
 
 
