@@ -46,6 +46,7 @@ steps, as it was at five; the answer and cost runs' log-odds after every step ar
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import statistics
 import time
@@ -56,7 +57,7 @@ import pytest
 import rl_compaction_envs.vault.family as vault
 import torch
 from learning_starts import COST_TASK, TASK, UNASKED_TASK, kept_start  # tests/ is on sys.path under pytest
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from rl_compaction.harness.rollout import EpisodeRecord
 from rl_compaction.harness.spec import EpisodeSpec
@@ -120,19 +121,22 @@ def answer_log_odds(model_dir: Path, turns: list[tuple[str, str, str]]) -> float
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
+    # transformers 5.x renames past_key_values to cache: pass the KV cache under the name this model takes
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     @torch.no_grad()
     def log_odds(prompt: str, edit: str, read: str) -> float:
         """The prompt runs once; each completion goes on from a copy of its KV cache (half the forward
         passes of running prompt + completion twice; the figures agree to 1e-4)."""
-        prompted = model(
-            torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)]), use_cache=True, logits_to_keep=1
-        )
+        prompt_cache = DynamicCache(config=model.config)
+        p = tokenizer.encode(prompt, add_special_tokens=False)
+        last = model(torch.tensor([p]), use_cache=True, logits_to_keep=1, **{cache_name: prompt_cache}).logits[0]
 
         def logp(completion: str) -> float:
             c = tokenizer.encode(completion, add_special_tokens=False)
-            cache = copy.deepcopy(prompted.past_key_values)
-            rest = model(torch.tensor([c[:-1]]), past_key_values=cache, use_cache=True).logits[0]
-            logps = torch.cat([prompted.logits[0, -1:], rest]).log_softmax(-1)
+            cache = copy.deepcopy(prompt_cache)
+            rest = model(torch.tensor([c[:-1]]), use_cache=True, **{cache_name: cache}).logits[0]
+            logps = torch.cat([last, rest]).log_softmax(-1)
             return logps.gather(1, torch.tensor(c)[:, None]).sum().item()
 
         return logp(edit) - logp(read)
