@@ -46,7 +46,6 @@ steps, as it was at five; the answer and cost runs' log-odds after every step ar
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import statistics
 import time
@@ -61,6 +60,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from rl_compaction.harness.rollout import EpisodeRecord
 from rl_compaction.harness.spec import EpisodeSpec
+from rl_compaction.policies.local import cache_argument
 from rl_compaction.recipes.recipe import ReproduceConfig
 from rl_compaction.recipes.reproduce import run_grpo
 from rl_compaction.training.demos import turn_kind, write_demos
@@ -121,8 +121,7 @@ def answer_log_odds(model_dir: Path, turns: list[tuple[str, str, str]]) -> float
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
-    # transformers 5.x renames past_key_values to cache: pass the KV cache under the name this model takes
-    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_name = cache_argument(model)
 
     @torch.no_grad()
     def log_odds(prompt: str, edit: str, read: str) -> float:

@@ -47,6 +47,12 @@ def sampled_logprobs(logits: tuple[torch.Tensor, ...], sampled: torch.Tensor, te
     )
 
 
+def cache_argument(model: Any) -> str:
+    """The name under which `model.forward` takes a KV cache: transformers 5.x renames `past_key_values` to
+    `cache`, and a model may take either."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class TransformersPolicy(Policy):
     """Sample turns from a causal LM with its chat template (tools rendered by the template, or
     the documented fallback format for templates without tool support)."""
@@ -89,9 +95,7 @@ class TransformersPolicy(Policy):
         self._counter = ChatTemplateCounter(tokenizer)
         # an episode's prompt extends its previous prompt and sampled ids until an edit (`prompts`)
         self.prompts = PromptBuilder(self._counter, self.stop_ids)
-        # transformers 5.x renames past_key_values to cache; pass the KV cache under the name this model takes
-        forward_params = inspect.signature(self.model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._cache_kwarg = cache_argument(self.model)
 
     def prompt_ids(self, observation: dict[str, Any]) -> list[int]:
         """`chat.prompt_ids` of the observation (the whole State rendered), tokenised
