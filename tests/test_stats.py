@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from rl_compaction.core.reports import format_share, oracle_table
 from rl_compaction.core.stats import EpisodeStats
+from rl_compaction.core.summary import EpisodeSummary
 from rl_compaction.evaluation.report import format_metrics, policy_metrics
 from rl_compaction.harness.labels import LabelEdits
 from rl_compaction.harness.oracle import OracleScriptedPolicy
@@ -53,3 +54,41 @@ def test_stats_of_rows_written_before_a_figure_existed():
     back = EpisodeStats.from_dict({**old, "policy": "oracle@evolve"})
     assert back.model_edits_per_episode == 0.0 and back.targeted_share is None and back.mean_cost == stats.mean_cost
     assert EpisodeStats.of([]).success_rate == 0.0 and EpisodeStats.of([]).success_ci95 == [0.0, 1.0]
+
+
+def _call(name: str, arguments: str, call_id: str) -> dict:
+    return {"type": "function_call", "name": name, "arguments": arguments, "call_id": call_id}
+
+
+def test_the_protocol_figures_count_malformed_turns_ignored_requests_and_wrong_answers():
+    """The base model's three figures, from the env's own events: an evolve call with a read call's `{}`, a
+    submit without its answer and an unparseable turn are malformed (failing code is not); a request
+    followed by anything but an evolve call is ignored; an answer is right or wrong."""
+    env = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150).make_env()
+    env.reset(seed=0)
+    turns = [
+        [_call("evolve", "{}", "c1")],  # the read call's arguments under the evolve name
+        [_call("evolve", '{"code": "return state.nope("}', "c2")],  # failing code: an edit failure, not malformed
+        [_call("submit", "{}", "c3")],
+        [_call("read", "{not json", "c5")],
+        [_call("submit", '{"answer": "wrong"}', "c4")],
+    ]
+    for items in turns:
+        *_, terminated, truncated, info = env.step(items)
+    assert terminated and not truncated
+    stats = EpisodeStats.of([EpisodeSummary.from_info(info)])
+    assert stats.malformed_turn_rate == 3 / 5 and stats.answer_accuracy == 0.0
+    assert stats.ignored_request_rate is None  # no request came
+
+    oracle = EpisodeStats.of([r.summary for r in _records("evolve", 2)])
+    assert (oracle.malformed_turn_rate, oracle.ignored_request_rate, oracle.answer_accuracy) == (0.0, 0.0, 1.0)
+    spec = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
+    deaf = rollout(OracleScriptedPolicy("none"), [LabelEdits(spec.make_env())], [0])  # reads on past every request
+    stats = EpisodeStats.of([deaf[0].summary])
+    assert stats.ignored_request_rate == 1.0 and stats.answer_accuracy is None  # cut off at the window
+    edits = next(
+        t for t in format_metrics([policy_metrics("deaf", deaf)]).split("\n\n") if "edit@ctx" in t.splitlines()[0]
+    )
+    header, _, line = edits.splitlines()[:3]
+    end = header.index("req ignored") + len("req ignored")  # the edits table's column, right-aligned
+    assert line[:end].split()[-1] == "100%" and line.split()[-1] == "-"  # no answer: accuracy unknown

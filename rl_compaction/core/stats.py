@@ -78,6 +78,29 @@ def _edit_context_shares(summaries: list[EpisodeSummary]) -> list[float]:
     ]
 
 
+#: the error of an evolve call whose arguments are not exactly {"code": string} (`protocol.evolve`)
+EVOLVE_ARGUMENTS_ERROR = 'evolve takes exactly {"code": string}'
+
+
+def malformed_turns(summary: EpisodeSummary) -> set[int]:
+    """The model's turns whose call the harness could not run as a call of its tool: unparseable
+    (`malformed_action`), refused by the harness or the tool (`tool_error`: an unknown tool, arguments it
+    does not take), or an evolve call without exactly its code argument. Failing code is not counted."""
+    return {
+        e["turn"]
+        for e in summary.events
+        if e.get("event") in ("malformed_action", "tool_error")
+        or (e.get("event") == "evolve" and e.get("by") == "model" and e.get("error") == EVOLVE_ARGUMENTS_ERROR)
+    }
+
+
+def ignored_requests(summary: EpisodeSummary) -> tuple[int, int]:
+    """(requests the model's next turn did not answer with an evolve call, requests it had a next turn for)."""
+    edits = {e["turn"] for e in summary.events if e.get("event") == "evolve" and e.get("by") == "model"}
+    asked = [e["turn"] for e in summary.events if e.get("event") == "compaction_request" and e["turn"] < summary.turns]
+    return sum(t + 1 not in edits for t in asked), len(asked)
+
+
 def _avg(values: list[float]) -> float:
     return mean(values) if values else 0.0
 
@@ -111,6 +134,14 @@ class EpisodeStats:
     edit_context_share: float | None = None
     evolve_failures_per_episode: float = 0.0
     evolve_failure_rate: float = 0.0
+    #: the protocol, as a base model holds it: the share of the model's turns whose call was malformed or
+    #: refused for its form (`malformed_turns`)
+    malformed_turn_rate: float = 0.0
+    #: the share of compaction requests not answered by an evolve call on the next turn; None without one
+    ignored_request_rate: float | None = None
+    #: the share of submitted answers that were right (every answer is copied from the task's context); None
+    #: without one
+    answer_accuracy: float | None = None
     truncated: int = 0
     #: why episodes ended: "answer" or the env's `truncated_reason`, with counts
     ended: dict[str, int] = field(default_factory=dict)
@@ -126,6 +157,9 @@ class EpisodeStats:
         parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
         evolve_calls = sum(1 for s in summaries for row in s.ledger_rows if row["evolve_applied"] is not None)
         failures = sum(x.evolve_failures for x in ledgers)
+        ignored, requests = map(sum, zip(*(ignored_requests(s) for s in summaries), strict=True)) if n else (0, 0)
+        answered = [s.success for s in summaries if s.answer is not None]
+        turns = sum(s.turns for s in summaries)
         return cls(
             episodes=n,
             success_rate=wins / n if n else 0.0,
@@ -146,6 +180,9 @@ class EpisodeStats:
             edit_context_share=_avg(shares) if (shares := _edit_context_shares(summaries)) else None,
             evolve_failures_per_episode=_avg([x.evolve_failures for x in ledgers]),
             evolve_failure_rate=failures / evolve_calls if evolve_calls else 0.0,
+            malformed_turn_rate=sum(len(malformed_turns(s)) for s in summaries) / turns if turns else 0.0,
+            ignored_request_rate=ignored / requests if requests else None,
+            answer_accuracy=_avg(answered) if answered else None,
             truncated=sum(s.truncated_reason is not None for s in summaries),
             ended=dict(Counter(s.truncated_reason or "answer" for s in summaries)),
             mean_turns=_avg([s.turns for s in summaries]),

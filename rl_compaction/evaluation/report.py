@@ -66,7 +66,20 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
     outcome = [
         ["policy", "success (95% CI)", "score", "ended", "cost", "cost|solved", "cache%", "peak ctx", "wall s/ep"]
     ]
-    edits = [["policy", "compact/ep", "edit@ctx", "targeted%", "select%", "asked%", "evolve fail"]]
+    edits = [
+        [
+            "policy",
+            "compact/ep",
+            "edit@ctx",
+            "targeted%",
+            "select%",
+            "asked%",
+            "evolve fail",
+            "malformed",
+            "req ignored",
+            "answer ok",
+        ]
+    ]
     parts_table = [["policy", "cost", "= uncached", "+ cached", "+ output", "+ write", "+ attention", "+ kv read"]]
     for r in rows:
         lo, hi = r["success_ci95"]
@@ -92,6 +105,9 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
                 format_share(r.get("selection_share")),
                 format_share(r.get("asked_share")),
                 f"{r['evolve_failure_rate']:.0%}",
+                format_share(r.get("malformed_turn_rate")),
+                format_share(r.get("ignored_request_rate")),
+                format_share(r.get("answer_accuracy")),
             ]
         )
         parts = r["cost_parts"] or {}  # None: episodes recorded before the cost was split into parts
@@ -101,7 +117,9 @@ def format_metrics(rows: list[dict[str, Any]]) -> str:
         "the solved episodes; cache%: share of input tokens read from the cache",
         "compact/ep: edits per episode; edit@ctx: the context each of the model's edits was made at, as a share of the "
         "window (mean); targeted%: the edits that left what the oracle's cheap edit leaves; select%: those that only "
-        "selected items; asked%: those that answered a compaction request",
+        "selected items; asked%: those that answered a compaction request; malformed: the model's turns whose call "
+        "was malformed or refused for its form; req ignored: requests not answered by an evolve call; answer ok: the "
+        "share of submitted answers that were right",
         "cost per episode, in input-token equivalents (tokens x the cost preset's weights; attention: prefill tokens "
         "attending to the context before them; kv read: generated tokens reading its KV cache)",
     ]

@@ -16,6 +16,7 @@ from rl_compaction.accounting import TokenCounter, edit_metrics, get_counter
 from rl_compaction.core.render import function_tool
 from rl_compaction.core.sandbox import SandboxLimits, run_evolve
 from rl_compaction.core.state import State, StateError, clip, typescript_declarations, validate_state
+from rl_compaction.core.stats import EVOLVE_ARGUMENTS_ERROR
 
 EVOLVE = "evolve"
 
@@ -85,7 +86,7 @@ def evolve_code_of(call: dict[str, Any]) -> str:
     except json.JSONDecodeError as e:
         raise ValueError(f"evolve arguments are not valid JSON ({e.msg})") from None
     if not isinstance(args, dict) or set(args) != {"code"} or not isinstance(args["code"], str):
-        raise ValueError('evolve takes exactly {"code": string}')
+        raise ValueError(EVOLVE_ARGUMENTS_ERROR)
     return args["code"]
 
 
