@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.models import registry as models
-from rl_compaction.models.recall import (
-    CallCorpus,
-    RecallCorpus,
-    call_accuracy,
-    last_logits,
-    recall_accuracy,
-    train_recall,
-)
+from rl_compaction.models.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
 from rl_compaction.models.registry import MARKER, build_tiny_model, resolve_model, shipped_dir
 
 
@@ -42,43 +34,6 @@ def test_a_recall_row_holds_its_value_once_and_ends_at_the_query(tiny: Path) -> 
     assert all(target[i].item() in ids[i, : ends[i]].tolist() for i in range(4))
 
 
-def test_a_call_row_ends_where_only_the_last_calls_name_decides_the_next_token(tiny: Path) -> None:
-    """The row is the chat template's own rendering, cut inside the last call: the next token opens its
-    arguments (empty or not, as that tool takes them) or is their first key (the harness's, or the key the
-    same tool took earlier in the row)."""
-    tok = AutoTokenizer.from_pretrained(tiny)
-    corpus = CallCorpus(tok, seed=5)
-    harness = dict(corpus.harness)
-    targets, copied, wanted = set(), [], []
-    for _ in range(80):
-        ids, target = corpus.example(128)
-        text = tok.decode(ids)
-        calls = [json.loads(c.split("</tool_call>")[0]) for c in text.split("<tool_call>")[1:-1]]
-        last = text[text.rfind("<tool_call>") :]
-        name = last.split('"name": "')[1].split('"')[0]
-        keys = harness.get(name) or next((list(c["arguments"]) for c in calls if c["name"] == name), [])
-        opening = tok.decode([target])
-        if last.endswith('"arguments":'):
-            assert opening == (' {"' if keys else " {")
-        else:
-            assert last.endswith('"arguments": {"') and keys[0].startswith(opening)
-        usual = max(sorted({c["name"] for c in calls}), key=[c["name"] for c in calls].count)
-        copied.append(bool(harness.get(usual) or next(c["arguments"] for c in calls if c["name"] == usual)))
-        wanted.append(bool(keys))
-        targets.add(opening)
-    assert {" {", ' {"', "code", "answer"} <= targets  # every kind of next token occurs
-    # copying the most frequent earlier call's arguments would often be wrong: only the name decides
-    assert sum(c != w for c, w in zip(copied, wanted, strict=True)) >= 12
-    ids, mask, target = corpus.batch(3, 64)
-    assert ids.shape[0] == target.shape[0] == 3 and bool((mask.sum(1) >= 64).all())
-
-
-def test_call_accuracy_is_a_share_of_held_out_rows(tiny: Path) -> None:
-    tok = AutoTokenizer.from_pretrained(tiny)
-    model = AutoModelForCausalLM.from_pretrained(tiny).eval()
-    assert 0.0 <= call_accuracy(model, tok, 64, rows=8) <= 1.0
-
-
 def test_last_logits_reads_each_rows_last_real_token(tiny: Path) -> None:
     """Right padding must not move the prediction: a row alone and in a padded batch agree."""
     tok = AutoTokenizer.from_pretrained(tiny)
@@ -100,8 +55,6 @@ def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> Non
     losses = train_recall(model, tok, steps=4)
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert not torch.equal(before, model.model.embed_tokens.weight)
-    losses = train_recall(model, tok, steps=4, calls=True)  # steps 1 and 3 are call rows
-    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     with pytest.raises(ValueError, match="steps must be >= 2"):
         train_recall(model, tok, steps=1)
 
@@ -120,22 +73,6 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     assert AutoModelForCausalLM.from_pretrained(folder) is not None
     monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("tiny-recall") == folder
-
-
-@pytest.mark.slow
-def test_a_protocol_model_is_built_with_call_rows_and_its_call_accuracy_in_the_marker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
-    spec = replace(models.KNOWN_MODELS["tiny-protocol"], recall_steps=2)
-    monkeypatch.setitem(models.KNOWN_MODELS, "tiny-protocol", spec)
-    folder = resolve_model("tiny-protocol")
-    marker = json.loads((folder / MARKER).read_text())
-    assert marker["call_pretraining"] is True and 0.0 <= marker["call_accuracy@4096"] <= 1.0
-    # a folder built without call rows is another model: built again, not reused
-    marker["call_pretraining"] = False
-    (folder / MARKER).write_text(json.dumps(marker))
-    assert not models._is_complete(folder, "tiny-protocol", models._tiny_record(spec))
 
 
 def test_the_shipped_tiny_recall_is_used_without_a_build_and_matches_the_tiny_build(

@@ -7,7 +7,6 @@ scale 0.06, whose oracle episodes fit a 6000-token window of the tiny tokenizer.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -206,27 +205,6 @@ def test_turn_kinds_keeps_only_those_turns_and_names_what_the_demos_hold(demos: 
     assert len(want) == 2 and answers["input_ids"] == want
     with pytest.raises(ValueError, match=r"no demo turn is of the kinds \['answer'\].*'submit'"):
         prepare_dataset(demos, tokenizer, None, turn_kinds=["answer"])
-
-
-def test_argument_twins_train_only_the_arguments_opening_of_another_tools_call(demos: Dataset, tokenizer) -> None:
-    """Each call turn's twin has its prompt, another tool's call as the completion, and the loss on that call's
-    arguments' opening alone: what the arguments start with must follow the name written, not the context."""
-    plain = prepare_dataset(demos, tokenizer, None)
-    twinned = prepare_dataset(demos, tokenizer, None, twins=True, seed=0)
-    calls = [r for r in demos if turn_kind(r) != "message"]
-    assert len(calls) == len(demos) and len(twinned) == 2 * len(plain)
-    for row, twin in zip(calls, twinned.select(range(len(plain), len(twinned))), strict=True):
-        own = tokenize_row(tokenizer, row)
-        n_prompt = own["completion_mask"].index(1)
-        assert twin["input_ids"][:n_prompt] == own["input_ids"][:n_prompt] and not any(
-            twin["completion_mask"][:n_prompt]
-        )
-        completion = tokenizer.decode(twin["input_ids"][n_prompt:])
-        assert json.loads(completion.split("<tool_call>")[1].split("</tool_call>")[0])["name"] != turn_kind(row)
-        trained = tokenizer.decode([i for i, m in zip(twin["input_ids"], twin["completion_mask"], strict=True) if m])
-        assert re.fullmatch(r' "arguments": (\{\}\}|\{"\w+":)', trained), trained
-    with pytest.raises(ValueError, match="argument twins need turns calling two tools or more"):
-        prepare_dataset(demos, tokenizer, None, turn_kinds=["submit"], twins=True)
 
 
 def main_args(tmp_path: Path, dataset_dir: Path, *extra: str):

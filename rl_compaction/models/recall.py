@@ -14,14 +14,6 @@ any distance. Loss is cross-entropy on the value token only. The curriculum (32-
 then 256-2048) changes the batch size with the length, which is why this is a plain loop and
 not a `transformers.Trainer`. 800 steps took 7 minutes on two CPU cores shared with another
 job; afterwards the model answers ~97% of held-out rows at 1k and 4k tokens (scripts/bench_recall.py).
-
-Call pretraining (`CallCorpus`, mixed in with ``calls=True``) teaches the other half of the protocol
-that a tuned model's SFT did not: a call's arguments follow its *name*. Trained on the tasks alone, a
-tiny model predicts the arguments from the same context that predicts the name, so when it chooses
-`evolve` where a `read` usually stands, it writes the read call's `{}` after it. Call rows are
-transcripts in the model's own chat template: tools with random names and argument keys, calls to
-them, tool responses of filler, and a last call whose name is drawn at random, so only the name
-decides the next token (the arguments' opening, or their first key).
 """
 
 from __future__ import annotations
@@ -68,16 +60,13 @@ class RecallCorpus:
 
     def batch(self, size: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Right-padded ids, attention mask and targets; each row's query ends at its last real token."""
-        return _right_padded([self.example(length) for _ in range(size)], self.tok.pad_token_id)
-
-
-def _right_padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (row, _) in enumerate(rows):
-        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-    return ids, mask, torch.tensor([t for _, t in rows])
+        rows = [self.example(length) for _ in range(size)]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((size, width), self.tok.pad_token_id)
+        mask = torch.zeros((size, width), dtype=torch.long)
+        for i, (row, _) in enumerate(rows):
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+        return ids, mask, torch.tensor([t for _, t in rows])
 
 
 def last_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -86,29 +75,21 @@ def last_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return logits[torch.arange(len(ids)), mask.sum(1) - 1]
 
 
-def train_recall(
-    model: Any, tokenizer: Any, steps: int = 800, lr: float = 3e-3, seed: int = 0, calls: bool = False
-) -> list[float]:
+def train_recall(model: Any, tokenizer: Any, steps: int = 800, lr: float = 3e-3, seed: int = 0) -> list[float]:
     """Train `model` in place on recall rows (first half short, second half long); returns the losses.
-    With `calls`, every other step is a batch of call rows (`CallCorpus`) instead.
 
-    loss = -log p(target | context), on the target token only (the value, or the call's next token);
-    AdamW, gradient norm clipped at 1."""
+    loss = -log p(value | context), on the value token only; AdamW, gradient norm clipped at 1."""
     if steps < 2:
         raise ValueError(f"steps must be >= 2 (half short rows, half long), got {steps}")
     torch.manual_seed(seed)
     corpus = RecallCorpus(tokenizer, seed)
-    call_corpus = CallCorpus(tokenizer, seed) if calls else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses: list[float] = []
     with progress_bar(steps, "recall pretraining") as bar:
         for step in range(steps):
             length = corpus.rng.choice(SHORT if step < steps // 2 else LONG)
-            if call_corpus is not None and step % 2:
-                ids, mask, target = call_corpus.batch(max(4, STEP_TOKENS // length), length)
-            else:
-                ids, mask, target = corpus.batch(max(4, STEP_TOKENS // length), length)
+            ids, mask, target = corpus.batch(max(4, STEP_TOKENS // length), length)
             loss = torch.nn.functional.cross_entropy(last_logits(model, ids, mask), target)
             opt.zero_grad()
             loss.backward()
@@ -131,65 +112,3 @@ def recall_accuracy(model: Any, tokenizer: Any, length: int, rows: int = 32, see
         ids, mask, target = corpus.batch(4, length)
         hits += (last_logits(model, ids, mask).argmax(-1) == target).sum().item()
     return hits / (rows // 4 * 4)
-
-
-@torch.no_grad()
-def call_accuracy(model: Any, tokenizer: Any, length: int, rows: int = 32, seed: int = 1) -> float:
-    """Share of held-out call rows whose next token (the arguments' opening or first key) is the model's top token."""
-    corpus, hits = CallCorpus(tokenizer, seed), 0
-    for _ in range(rows // 4):
-        ids, mask, target = corpus.batch(4, length)
-        hits += (last_logits(model, ids, mask).argmax(-1) == target).sum().item()
-    return hits / (rows // 4 * 4)
-
-
-class CallCorpus:
-    """Seeded call rows for one tokenizer with a chat template that renders tool calls: (input ids ending
-    inside the last call's arguments, the next token), from transcripts of about ``length`` tokens.
-
-    The tools are the harness's (`evolve` takes code, `submit` an answer) and one to three with random
-    names, taking no arguments or one with a random key, each called at least once before the last call
-    when it takes one (its key is copied from there). Seven earlier calls in ten are to one tool, so
-    that the last call's arguments cannot be copied from the calls before it: only its name decides."""
-
-    def __init__(self, tokenizer: Any, seed: int):
-        self.tok, self.rng = tokenizer, random.Random(seed)
-        recall = RecallCorpus(tokenizer, seed)
-        self.words, self.filler = recall.values, recall.filler
-        self.harness = [(tool["name"], list(tool["parameters"]["properties"])) for tool in (EVOLVE_TOOL, SUBMIT_TOOL)]
-
-    def _call(self, name: str, keys: list[str]) -> dict[str, Any]:
-        arguments = {k: " ".join(self.rng.choices(self.filler, k=self.rng.randint(1, 6))) for k in keys}
-        return {
-            "role": "assistant",
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
-        }
-
-    def _response(self, words: int) -> dict[str, Any]:
-        return {"role": "tool", "content": " ".join(self.rng.choices(self.filler, k=words))}
-
-    def example(self, length: int) -> tuple[list[int], int]:
-        rng = self.rng
-        while True:
-            names = rng.sample(self.words, rng.randint(1, 3))
-            tools = self.harness + [(name, rng.sample(self.words, rng.choice((0, 1)))) for name in names]
-            usual = rng.choice(tools)  # most earlier calls: a distractor for the last call's arguments
-            last = rng.choice(tools)
-            messages: list[dict[str, Any]] = [{"role": "user", "content": " ".join(rng.choices(self.filler, k=8))}]
-            if last[1] and last not in self.harness:  # its key stands in an earlier call
-                messages += [self._call(*last), self._response(rng.randint(4, 12))]
-            while len(messages) < 3 or sum(len(m.get("content", "").split()) + 16 for m in messages) < length:
-                messages.append(self._call(*(usual if rng.random() < 0.7 else rng.choice(tools))))
-                messages.append(self._response(rng.randint(4, max(5, length // 4))))
-            messages.append(self._call(*last))
-            text = self.tok.apply_chat_template(messages, tokenize=False)
-            cut = text.rfind('"arguments":') + len('"arguments":')
-            if last[1] and rng.random() < 0.5:
-                cut = text.index('"', cut) + 1  # inside the arguments: the first key is next
-            ids = self.tok.encode(text, add_special_tokens=False)
-            prefix = self.tok.encode(text[:cut], add_special_tokens=False)
-            if ids[: len(prefix)] == prefix:  # the cut falls on a token boundary
-                return prefix, ids[len(prefix)]
-
-    def batch(self, size: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _right_padded([self.example(length) for _ in range(size)], self.tok.pad_token_id)

@@ -68,8 +68,6 @@ class ModelSpec:
     template: str | None = None
     #: steps of recall pretraining (`rl_compaction.models.recall`) after the random init; 0 for none
     recall_steps: int = 0
-    #: every other recall step is a batch of call rows instead (`rl_compaction.models.recall.CallCorpus`)
-    call_pretraining: bool = False
     #: the package ships these weights (`shipped_dir`, rebuilt by scripts/build_tiny_recall.py), so
     #: nothing is built on first use; without a matching copy there, they are built as usual
     shipped: bool = False
@@ -99,15 +97,6 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         template="chatml",
         recall_steps=800,
         shipped=True,
-    ),
-    "tiny-protocol": ModelSpec(
-        description="'tiny' after 1,600 steps of pretraining on synthetic text, half recall as 'tiny-recall', half "
-        "tool-call transcripts in its chat template where only a call's name decides its arguments "
-        "(rl_compaction.models.recall.CallCorpus); built on first use (about 10 minutes on 2 CPU cores)",
-        source="tiny",
-        template="chatml",
-        recall_steps=1600,
-        call_pretraining=True,
     ),
     "tiny-hd32": ModelSpec(
         description="tiny random Llama like 'tiny' with 2 attention heads (head_dim 32, which vLLM's CPU "
@@ -416,8 +405,6 @@ def resolve_model(name_or_path: str) -> Path:
 def _tiny_record(spec: ModelSpec) -> dict[str, Any]:
     """The settings a built tiny model's marker must match to be reused."""
     record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
-    if spec.call_pretraining:  # only where set, so folders built before the field stay valid
-        record["call_pretraining"] = True
     if (
         spec.attention_heads != TINY_ATTENTION_HEADS
     ):  # only where it differs, so folders built before the field stay valid
@@ -435,29 +422,26 @@ def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=folder.parent))
     try:
         build_tiny_model(staging, template=spec.template, attention_heads=spec.attention_heads)
-        results = _train_recall(staging, spec.recall_steps, spec.call_pretraining) if spec.recall_steps else None
+        results = _train_recall(staging, spec.recall_steps) if spec.recall_steps else None
         _install(staging, folder, name, _tiny_record(spec), force=force, results=results)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 
-def _train_recall(folder: Path, steps: int, calls: bool = False) -> dict[str, float]:
-    """Recall-pretrain the tiny model saved in `folder` (with call rows where `calls`) and save it back; returns
-    its held-out recall accuracy (and call accuracy) at 1k and 4k tokens (kept in the marker, so a bad build shows)."""
+def _train_recall(folder: Path, steps: int) -> dict[str, float]:
+    """Recall-pretrain the tiny model saved in `folder` and save it back; returns its held-out recall
+    accuracy at 1k and 4k tokens (kept in the marker, so a bad build shows)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rl_compaction.models.recall import call_accuracy, recall_accuracy, train_recall
+    from rl_compaction.models.recall import recall_accuracy, train_recall
 
-    kind = "recall and call" if calls else "recall"
-    _log(f"{kind} pretraining of the tiny model in {folder} ({steps} steps, minutes on CPU)")
+    _log(f"recall pretraining of the tiny model in {folder} ({steps} steps, a few minutes on CPU)")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    train_recall(model, tokenizer, steps, calls=calls)
+    train_recall(model, tokenizer, steps)
     model.save_pretrained(folder)
     accuracy = {f"recall_accuracy@{n}": recall_accuracy(model, tokenizer, n) for n in (1024, 4096)}
-    if calls:
-        accuracy |= {f"call_accuracy@{n}": call_accuracy(model, tokenizer, n) for n in (1024, 4096)}
     _log("held-out recall accuracy: " + ", ".join(f"{k} {v:.2f}" for k, v in accuracy.items()))
     return accuracy
 

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,14 +82,6 @@ class SFTScriptArguments:
         metadata={
             "help": "Sample each kind of turn (the tool the oracle called: read, evolve, submit, ...) equally "
             "often, repeating the rarer kinds; an episode has one final answer but many reads."
-        },
-    )
-    argument_twins: bool = field(
-        default=False,
-        metadata={
-            "help": "Add to every call turn a twin: its prompt with a call of another tool (taken from another "
-            "turn), trained only on the arguments' opening, so that a call's arguments follow its name and not "
-            "the context (a small model writes a read call's {} after choosing evolve where reads are usual)"
         },
     )
     turn_kinds: list[str] | None = field(
@@ -166,42 +156,6 @@ def tokenize_row(tokenizer: Any, row: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
-#: the arguments' opening in a rendered call: through the first key, or the empty object
-_OPENING = re.compile(r'"arguments":\s*(\{\s*\}|\{\s*"[^"]*")')
-
-
-def argument_twin(tokenizer: Any, row: dict[str, Any], other: dict[str, Any]) -> dict[str, list[int]]:
-    """`row`'s prompt with `other`'s turn as the completion, in `tokenize_row`'s form, with the loss on the
-    arguments' opening alone: the tokens from ``"arguments"`` through the first key (or the empty
-    object). Nothing of the other turn's content is trained, only that the arguments follow the name."""
-    twin = {**row, "messages": [*row["messages"][:-1], other["messages"][-1]]}
-    prompt, completion = render_turn(tokenizer, twin)
-    match = _OPENING.search(completion)
-    if match is None:
-        raise ValueError(f"no tool call arguments in the rendered turn {completion[:120]!r}")
-    encoded = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    mask = [int(start < match.end() and end > match.start()) for start, end in encoded["offset_mapping"]]
-    return {"input_ids": prompt_ids + encoded["input_ids"], "completion_mask": [0] * len(prompt_ids) + mask}
-
-
-def argument_twins(tokenizer: Any, rows: list[dict[str, Any]], kinds: list[str], seed: int) -> list[dict[str, Any]]:
-    """One `argument_twin` per call turn, its other turn drawn (seeded) from the turns of another call kind."""
-    rng = random.Random(seed)
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for row, kind in zip(rows, kinds, strict=True):
-        if kind != "message":
-            by_kind.setdefault(kind, []).append(row)
-    if len(by_kind) < 2:
-        raise ValueError(f"argument twins need turns calling two tools or more; the demos call {sorted(by_kind)}")
-    twins = []
-    for row, kind in zip(rows, kinds, strict=True):
-        if kind != "message":
-            other = rng.choice(by_kind[rng.choice(sorted(set(by_kind) - {kind}))])
-            twins.append(argument_twin(tokenizer, row, other) | {"kind": "twin"})
-    return twins
-
-
 def balance_by_kind(rows: list[dict[str, Any]], seed: int) -> Dataset:
     """Interleave the rows of each turn kind with equal probability until every kind is used up
     (`datasets.interleave_datasets`, "all_exhausted"): rare kinds repeat, none is dropped."""
@@ -222,19 +176,18 @@ def prepare_dataset(
     balance_turns: bool = False,
     seed: int = 0,
     turn_kinds: list[str] | None = None,
-    twins: bool = False,
 ) -> Dataset:
     """Tokenise demo rows for `SFTTrainer`; rows over `max_length` tokens are dropped (and counted).
-    With `turn_kinds`, only turns of those kinds are kept; with `twins`, every call turn gets an
-    `argument_twin` (a kind of its own); with `balance_turns`, every kind of turn is sampled equally
-    often (`balance_by_kind`)."""
+    With `turn_kinds`, only turns of those kinds are kept; with `balance_turns`, every kind of turn
+    is sampled equally often (`balance_by_kind`)."""
     kinds = [turn_kind(row) for row in demos]
     if turn_kinds is not None and not set(turn_kinds) & set(kinds):
         raise ValueError(f"no demo turn is of the kinds {list(turn_kinds)}; the demos hold {sorted(set(kinds))}")
-    chosen = [(row, kind) for row, kind in zip(demos, kinds, strict=True) if turn_kinds is None or kind in turn_kinds]
-    rows = [tokenize_row(tokenizer, row) | {"kind": kind} for row, kind in chosen]
-    if twins:
-        rows += argument_twins(tokenizer, [row for row, _ in chosen], [kind for _, kind in chosen], seed)
+    rows = [
+        tokenize_row(tokenizer, row) | {"kind": kind}
+        for row, kind in zip(demos, kinds, strict=True)
+        if turn_kinds is None or kind in turn_kinds
+    ]
     kept = [r for r in rows if max_length is None or len(r["input_ids"]) <= max_length]
     lengths = [len(r["input_ids"]) for r in rows]
     _log(
@@ -295,7 +248,6 @@ def build_trainer(script_args: SFTScriptArguments, args: SFTConfig, model_args: 
         script_args.balance_turns,
         args.seed,
         script_args.turn_kinds,
-        script_args.argument_twins,
     )
     return SFTTrainer(
         model=model,
@@ -418,17 +370,14 @@ def train_sft(
     model_config: dict[str, Any] | None = None,
     balance_turns: bool = False,
     turn_kinds: list[str] | None = None,
-    argument_twins: bool = False,
     **config: Any,
 ) -> SFTTrainer:
     """SFT from Python: `config` holds `SFTConfig` overrides (max_steps, learning_rate, max_length,
     use_cpu, ...), `model_config` `ModelConfig` fields beyond the model (dtype, use_peft, lora_r, ...),
-    `balance_turns`, `turn_kinds` and `argument_twins` as `SFTScriptArguments`."""
+    `balance_turns` and `turn_kinds` as `SFTScriptArguments`."""
     args = SFTConfig(output_dir=str(output_dir), **config)
     model_args = ModelConfig(model_name_or_path=str(model_name_or_path), **(model_config or {}))
-    script_args = SFTScriptArguments(
-        dataset_dir=str(dataset_dir), balance_turns=balance_turns, turn_kinds=turn_kinds, argument_twins=argument_twins
-    )
+    script_args = SFTScriptArguments(dataset_dir=str(dataset_dir), balance_turns=balance_turns, turn_kinds=turn_kinds)
     return run_sft(script_args, args, model_args)
 
 
