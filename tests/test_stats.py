@@ -16,12 +16,12 @@ from rl_compaction.harness.rollout import rollout
 from rl_compaction.harness.spec import EpisodeSpec
 from rl_compaction.training.trainer import episode_metrics
 
+SPEC = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
+
 
 def _records(strategy: str, n: int = 3):
     """The oracle's episodes: with its targeted edit, or ignoring the (then unsent) requests, cut off at the window."""
-    spec = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
-    if strategy == "none":
-        spec = replace(spec, compaction_request="")
+    spec = SPEC if strategy != "none" else replace(SPEC, compaction_request="")
     return rollout(OracleScriptedPolicy(strategy), [LabelEdits(spec.make_env()) for _ in range(n)], list(range(n)))
 
 
@@ -62,9 +62,9 @@ def _call(name: str, arguments: str, call_id: str) -> dict:
 
 def test_the_protocol_figures_count_malformed_turns_ignored_requests_and_wrong_answers():
     """The base model's three figures, from the env's own events: an evolve call with a read call's `{}`, a
-    submit without its answer and an unparseable turn are malformed (failing code is not); a request
+    submit without its answer and a call whose arguments are no JSON are malformed (failing code is not); a request
     followed by anything but an evolve call is ignored; an answer is right or wrong."""
-    env = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150).make_env()
+    env = SPEC.make_env()
     env.reset(seed=0)
     turns = [
         [_call("evolve", "{}", "c1")],  # the read call's arguments under the evolve name
@@ -82,8 +82,7 @@ def test_the_protocol_figures_count_malformed_turns_ignored_requests_and_wrong_a
 
     oracle = EpisodeStats.of([r.summary for r in _records("evolve", 2)])
     assert (oracle.malformed_turn_rate, oracle.ignored_request_rate, oracle.answer_accuracy) == (0.0, 0.0, 1.0)
-    spec = EpisodeSpec(family="vault", scale=0.06, level=1, context_window=3300, compaction_threshold=2150)
-    deaf = rollout(OracleScriptedPolicy("none"), [LabelEdits(spec.make_env())], [0])  # reads on past every request
+    deaf = rollout(OracleScriptedPolicy("none"), [LabelEdits(SPEC.make_env())], [0])  # reads on past every request
     stats = EpisodeStats.of([deaf[0].summary])
     assert stats.ignored_request_rate == 1.0 and stats.answer_accuracy is None  # cut off at the window
     edits = next(

@@ -157,7 +157,8 @@ class EpisodeStats:
         parts = [x.cost_parts.to_dict() for x in ledgers if x.cost_parts is not None]
         evolve_calls = sum(1 for s in summaries for row in s.ledger_rows if row["evolve_applied"] is not None)
         failures = sum(x.evolve_failures for x in ledgers)
-        ignored, requests = map(sum, zip(*(ignored_requests(s) for s in summaries), strict=True)) if n else (0, 0)
+        asked = [ignored_requests(s) for s in summaries]
+        ignored, requests = sum(i for i, _ in asked), sum(r for _, r in asked)
         answered = [s.success for s in summaries if s.answer is not None]
         turns = sum(s.turns for s in summaries)
         return cls(
