@@ -132,7 +132,9 @@ def test_tiny_model_from_an_older_build_is_rebuilt(home: Path) -> None:
 
 
 def test_fetch_unknown_name_lists_choices(home: Path) -> None:
-    with pytest.raises(ValueError, match="unknown model name 'llama-405b'; known names: smollm2-135m, tiny"):
+    with pytest.raises(
+        ValueError, match="unknown model name 'llama-405b'; known names: small-recall, smollm2-135m, tiny"
+    ):
         fetch_model("llama-405b")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -64,15 +65,23 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
-    # shipped, but the package's copy (800 steps) does not match this spec, so it is built
-    spec = models.ModelSpec(description="test", source="tiny", template="chatml", recall_steps=2, shipped=True)
+    # shipped, but the package's copy (800 steps, hidden 64) does not match this spec, so it is built
+    spec = models.ModelSpec(
+        description="test", source="tiny", template="chatml", recall_steps=2, shipped=True, hidden_size=96, layers=3
+    )
     monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", spec)
     folder = resolve_model("tiny-recall")
     marker = json.loads((folder / MARKER).read_text())
     assert marker["recall_steps"] == 2 and 0.0 <= marker["recall_accuracy@4096"] <= 1.0
-    assert AutoModelForCausalLM.from_pretrained(folder) is not None
+    assert (marker["hidden_size"], marker["layers"]) == (96, 3) and "recall_lr" not in marker  # the default rate
+    config = AutoModelForCausalLM.from_pretrained(folder).config
+    assert (config.hidden_size, config.num_hidden_layers) == (96, 3)
     monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("tiny-recall") == folder
+    # another shape or rate under the same name is another model: not reused
+    monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", dataclasses.replace(spec, recall_lr=1e-3))
+    with pytest.raises(pytest.fail.Exception, match="built again"):
+        resolve_model("tiny-recall")
 
 
 def test_the_shipped_tiny_recall_is_used_without_a_build_and_matches_the_tiny_build(
