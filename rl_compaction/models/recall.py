@@ -27,6 +27,7 @@ import torch
 
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.harness.tasks import SUBMIT_TOOL
+from rl_compaction.models.registry import TINY_RECALL_LR
 from rl_compaction.protocol.evolve import EVOLVE_TOOL, system_suffix
 
 CUES = ("is called", "has the code", "is named", "was marked", "keeps the word", "has the label")
@@ -75,7 +76,9 @@ def last_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return logits[torch.arange(len(ids)), mask.sum(1) - 1]
 
 
-def train_recall(model: Any, tokenizer: Any, steps: int = 800, lr: float = 3e-3, seed: int = 0) -> list[float]:
+def train_recall(
+    model: Any, tokenizer: Any, steps: int = 800, lr: float = TINY_RECALL_LR, seed: int = 0
+) -> list[float]:
     """Train `model` in place on recall rows (first half short, second half long); returns the losses.
 
     loss = -log p(value | context), on the value token only; AdamW, gradient norm clipped at 1."""
