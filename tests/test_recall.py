@@ -73,15 +73,17 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     folder = resolve_model("tiny-recall")
     marker = json.loads((folder / MARKER).read_text())
     assert marker["recall_steps"] == 2 and 0.0 <= marker["recall_accuracy@4096"] <= 1.0
-    assert (marker["hidden_size"], marker["layers"]) == (96, 3) and "recall_lr" not in marker  # the default rate
+    assert (marker["hidden_size"], marker["layers"], marker["recall_lr"]) == (96, 3, models.TINY_RECALL_LR)
     config = AutoModelForCausalLM.from_pretrained(folder).config
     assert (config.hidden_size, config.num_hidden_layers) == (96, 3)
     monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("tiny-recall") == folder
-    # another shape or rate under the same name is another model: not reused
-    monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", dataclasses.replace(spec, recall_lr=1e-3))
-    with pytest.raises(pytest.fail.Exception, match="built again"):
-        resolve_model("tiny-recall")
+    # another shape or rate under the same name is another model: not reused, also where the other one
+    # is the default (a marker without a setting means its default; this one holds hidden 96)
+    for changed in ({"recall_lr": 1e-3}, {"hidden_size": models.TINY_HIDDEN_SIZE}):
+        monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", dataclasses.replace(spec, **changed))
+        with pytest.raises(pytest.fail.Exception, match="built again"):
+            resolve_model("tiny-recall")
 
 
 def test_the_shipped_tiny_recall_is_used_without_a_build_and_matches_the_tiny_build(

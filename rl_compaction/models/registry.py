@@ -159,7 +159,7 @@ def _is_complete(folder: Path, name: str, record: dict | None = None) -> bool:
         return False
     if not isinstance(marker, dict) or marker.get("name") != name:
         return False
-    return all(marker.get(k) == v for k, v in (record or {}).items())
+    return all(marker.get(k, _RECORD_DEFAULTS.get(k)) == v for k, v in (record or {}).items())
 
 
 def _install(staging: Path, dest: Path, name: str, record: dict, *, force: bool, results: dict | None = None) -> Path:
@@ -420,18 +420,20 @@ def resolve_model(name_or_path: str) -> Path:
         return build_named_tiny(name_or_path, folder)
 
 
+#: build settings added to the marker after the first tiny builds; a marker without one was built with
+#: its default, so older folders (the shipped tiny-recall's among them) stay valid
+_RECORD_DEFAULTS: dict[str, Any] = {
+    "attention_heads": TINY_ATTENTION_HEADS,
+    "hidden_size": TINY_HIDDEN_SIZE,
+    "layers": TINY_LAYERS,
+    "recall_lr": TINY_RECALL_LR,
+}
+
+
 def _tiny_record(spec: ModelSpec) -> dict[str, Any]:
     """The settings a built tiny model's marker must match to be reused."""
     record = {"template": spec.template, "rope_theta": TINY_ROPE_THETA, "recall_steps": spec.recall_steps}
-    defaults = {
-        "attention_heads": TINY_ATTENTION_HEADS,
-        "hidden_size": TINY_HIDDEN_SIZE,
-        "layers": TINY_LAYERS,
-        "recall_lr": TINY_RECALL_LR,
-    }
-    # only where they differ, so folders built before these fields stay valid
-    record.update({k: getattr(spec, k) for k, v in defaults.items() if getattr(spec, k) != v})
-    return record
+    return record | {k: getattr(spec, k) for k in _RECORD_DEFAULTS}
 
 
 def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
