@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.models import registry as models
-from rl_compaction.models.recall import CUES, STEP_TOKENS, RecallCorpus, last_logits, recall_accuracy, train_recall
+from rl_compaction.models.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
 from rl_compaction.models.registry import MARKER, build_tiny_model, resolve_model, shipped_dir
 
 
@@ -34,32 +33,6 @@ def test_a_recall_row_holds_its_value_once_and_ends_at_the_query(tiny: Path) -> 
     ends = mask.sum(1) - 1
     assert all(ids[i, ends[i]].item() != tok.pad_token_id for i in range(4))
     assert all(target[i].item() in ids[i, : ends[i]].tolist() for i in range(4))
-
-
-def test_a_chat_recall_row_is_a_rendered_state_whose_answer_is_the_cued_word(tiny: Path) -> None:
-    """Chat rows end inside the submit call's answer, in the tokenizer's template; the value sits in the
-    note after its cue, among quoted harness words and calls to tools named by rare words (so a rare
-    quoted word alone is not the answer); long rows carry the harness's system text and tools; a chat
-    step fills about STEP_TOKENS with whole rows."""
-    tok = AutoTokenizer.from_pretrained(tiny)
-    corpus = RecallCorpus(tok, seed=3)
-    filler_ids = {tok.convert_tokens_to_ids(w) for w in corpus.filler}
-    distractors, rare_names = 0, 0
-    for length in (32, 512):
-        for _ in range(8):
-            ids, value = corpus.chat_example(length)
-            text = tok.decode(ids)
-            assert value not in filler_ids  # (a long row's system text may hold it as a word piece)
-            assert text.endswith('<tool_call>\n{"name": "submit", "arguments": {"answer": "')
-            assert re.search(rf'note: \w+ \d+ ({"|".join(CUES)}) "{tok.convert_ids_to_tokens(value)}"\.', text)
-            assert ("# Your working context" in text) == (length >= 256) and text.startswith("<|im_start|>system")
-            distractors += len(re.findall(r'<tool_response>[^<]*"[a-z]+"', text))
-            names = re.findall(r'"name": "(\w+)"', text)[:-1]  # the last is submit's
-            assert tok.convert_ids_to_tokens(value) not in names
-            rare_names += sum(name in corpus.values for name in names)
-    assert distractors > 0 and rare_names > 0
-    ids, mask, _ = corpus.chat_batch(512)
-    assert ids.shape[0] >= 2 and mask.sum() >= STEP_TOKENS and mask.sum() - mask.sum(1)[-1] < STEP_TOKENS
 
 
 def test_last_logits_reads_each_rows_last_real_token(tiny: Path) -> None:
@@ -85,8 +58,6 @@ def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> Non
     assert not torch.equal(before, model.model.embed_tokens.weight)
     with pytest.raises(ValueError, match="steps must be >= 2"):
         train_recall(model, tok, steps=1)
-    with pytest.raises(ValueError, match=r"\(4 short\)"):  # no long step left
-        train_recall(model, tok, steps=4, short_steps=4)
 
 
 @pytest.mark.slow
@@ -96,30 +67,20 @@ def test_a_recall_model_is_built_once_with_its_accuracy_in_the_marker(
     monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
     # shipped, but the package's copy (800 steps, hidden 64) does not match this spec, so it is built
     spec = models.ModelSpec(
-        description="test",
-        source="tiny",
-        template="chatml",
-        recall_steps=2,
-        shipped=True,
-        hidden_size=96,
-        layers=3,
-        recall_chat_steps=1,
-        recall_chat_long_steps=1,
+        description="test", source="tiny", template="chatml", recall_steps=2, shipped=True, hidden_size=96, layers=3
     )
     monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", spec)
     folder = resolve_model("tiny-recall")
     marker = json.loads((folder / MARKER).read_text())
     assert marker["recall_steps"] == 2 and 0.0 <= marker["recall_accuracy@4096"] <= 1.0
     assert (marker["hidden_size"], marker["layers"], marker["recall_lr"]) == (96, 3, models.TINY_RECALL_LR)
-    assert marker["recall_chat_steps"] == marker["recall_chat_long_steps"] == 1
-    assert 0.0 <= marker["chat_recall_accuracy@1024"] <= 1.0
     config = AutoModelForCausalLM.from_pretrained(folder).config
     assert (config.hidden_size, config.num_hidden_layers) == (96, 3)
     monkeypatch.setattr(models, "build_tiny_model", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("tiny-recall") == folder
     # another shape or rate under the same name is another model: not reused, also where the other one
     # is the default (a marker without a setting means its default; this one holds hidden 96)
-    for changed in ({"recall_lr": 1e-3}, {"hidden_size": models.TINY_HIDDEN_SIZE}, {"recall_chat_steps": 0}):
+    for changed in ({"recall_lr": 1e-3}, {"hidden_size": models.TINY_HIDDEN_SIZE}):
         monkeypatch.setitem(models.KNOWN_MODELS, "tiny-recall", dataclasses.replace(spec, **changed))
         with pytest.raises(pytest.fail.Exception, match="built again"):
             resolve_model("tiny-recall")

@@ -14,10 +14,6 @@ any distance. Loss is cross-entropy on the value token only. The curriculum (32-
 then 256-2048) changes the batch size with the length, which is why this is a plain loop and
 not a `transformers.Trainer`. 800 steps took 7 minutes on two CPU cores shared with another
 job; afterwards the model answers ~97% of held-out rows at 1k and 4k tokens (scripts/bench_recall.py).
-
-A second phase (`chat=True`, the ``recall_chat_steps`` of a model's spec) puts the note in a tool
-output of a State rendered through the chat template, among tool calls, quoted JSON and the
-harness's system text and tools: the layout every task has, which plain rows never show.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from typing import Any
 
 import torch
 
-from rl_compaction.chat.prompt import render_prompt
 from rl_compaction.core.reports import progress_bar
 from rl_compaction.harness.tasks import SUBMIT_TOOL
 from rl_compaction.models.registry import TINY_RECALL_LR
@@ -37,29 +32,9 @@ from rl_compaction.protocol.evolve import EVOLVE_TOOL, system_suffix
 
 CUES = ("is called", "has the code", "is named", "was marked", "keeps the word", "has the label")
 QUERIES = ('{"answer": "', 'answer: "', '{"name": "submit", "arguments": {"answer": "')
-QUESTIONS = (
-    "Find what {thing} {number} holds.",
-    "Which word does {thing} {number} keep?",
-    "Report the word of {thing} {number}.",
-)
-SEPARATORS = ("\n", " ", "\n\n", ". ")
-USAGE = "[harness] Your context holds {tokens} of {window} tokens ({percent}%)."
-NO_PARAMETERS = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 SHORT, LONG = (32, 64, 128), (256, 512, 1024, 2048)
 #: tokens per step (batch size = this / length, at least 4)
 STEP_TOKENS = 4096
-
-
-def user_message(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": text}
-
-
-def function_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
-
-
-def function_output(call_id: str, output: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
 class RecallCorpus:
@@ -76,7 +51,6 @@ class RecallCorpus:
             raise ValueError("recall needs a tokenizer with whole-word tokens (a byte-level BPE like the tiny one's)")
 
     def example(self, length: int) -> tuple[list[int], int]:
-        """One plain row of about `length` filler words."""
         rng = self.rng
         value = rng.choice(self.values)
         fact = f'note: box {rng.randint(100, 999)} {rng.choice(CUES)} "{value}".'
@@ -85,84 +59,9 @@ class RecallCorpus:
         text = f"{' '.join(fill[:before])}\n{fact}\n{' '.join(fill[before:])}\n{rng.choice(QUERIES)}"
         return self.tok.encode(text, add_special_tokens=False), self.tok.convert_tokens_to_ids(value)
 
-    def chat_example(self, length: int) -> tuple[list[int], int]:
-        """A State rendered as the harness renders it (`render_prompt`): a question names a thing,
-        calls to one to three tools named by rare words (as a family's `read` is) with JSON arguments,
-        and outputs of filler (quoted words among them, some as short as a header, some JSON) follow,
-        one output holds the note, and the row ends inside the submit call's answer. Long rows carry
-        the harness's system text and tools, as every task does. A model that copies plain rows does
-        not copy in this layout (small-recall: 0-5% of the vault's answers, teacher-forced; it copies
-        the read tool's quoted name), so the layout itself is what these rows teach."""
-        rng, words = self.rng, self.filler
-        # the thing the note is about is a rare word too: a model trained on a few ("box") copies after those only
-        value, thing, number = rng.choice(self.values), rng.choice(self.values), rng.randint(100, 999)
-        pages = rng.randint(1, max(4, length // 48))  # calls after the note, too: their names are no answer
-        outputs = [[rng.choice(words) for _ in range(rng.randint(0, 48))] for _ in range(pages)]
-        for out in outputs:  # quoted distractors, words of the harness's text as in its JSON
-            for _ in range(rng.randint(0, 3)):
-                out.insert(rng.randrange(len(out) + 1), f'"{rng.choice(words)}"')
-        texts = [" ".join(out) for out in outputs]
-        fact = rng.randrange(len(outputs))
-        note, at = f'note: {thing} {number} {rng.choice(CUES)} "{value}".', rng.randrange(len(outputs[fact]) + 1)
-        before, after = " ".join(outputs[fact][:at]), " ".join(outputs[fact][at:])
-        texts[fact] = (
-            before
-            + (rng.choice(SEPARATORS) if before else "")
-            + note
-            + (rng.choice(SEPARATORS) if after else "")
-            + after
-        )
-        for i in range(len(texts)):  # some outputs are JSON objects, as the harness's receipts are
-            if i != fact and rng.random() < 0.3:
-                texts[i] = json.dumps(
-                    {
-                        rng.choice(words): rng.choice([rng.randint(0, 5000), True, rng.choice(words)])
-                        for _ in range(rng.randint(2, 6))
-                    }
-                )
-        question = rng.choice(QUESTIONS).format(thing=thing, number=number)
-        state: list[dict[str, Any]] = [user_message(f"{question} {' '.join(rng.choices(words, k=rng.randint(0, 16)))}")]
-        # a family's own tools, named by rare words as the note's value is: a quoted rare word alone is not the answer
-        tool_names = [n for n in rng.sample(self.values, 4) if n != value][: rng.randint(1, 3)]
-        for page, text in enumerate(texts, 1):
-            arguments = {} if rng.random() < 0.5 else {rng.choice(words): rng.choice(words)}
-            name = rng.choice(tool_names)
-            output = f"page {page}\n{text}" if rng.random() < 0.5 else text
-            state += [function_call(f"c{page}", name, arguments), function_output(f"c{page}", output)]
-            if rng.random() < 0.3:
-                tokens, window, percent = rng.randint(100, 4000), rng.randint(2000, 5000), rng.randint(5, 99)
-                state.append(user_message(USAGE.format(tokens=tokens, window=window, percent=percent)))
-        state.append(function_call("answer", "submit", {"answer": value}))
-        instructions = " ".join(rng.choices(words, k=rng.randint(4, 24)))
-        tools: list[dict[str, Any]] = []
-        if length >= LONG[0]:
-            instructions += "\n\n" + system_suffix()
-            tools = [
-                EVOLVE_TOOL,
-                SUBMIT_TOOL,
-                *({**SUBMIT_TOOL, "name": n, "parameters": NO_PARAMETERS} for n in tool_names),
-            ]
-            rng.shuffle(tools)
-        text = render_prompt(self.tok, instructions, tools, state, add_generation_prompt=False)
-        answer = '"answer": "'
-        ids = self.tok.encode(text[: text.rindex(f"{answer}{value}") + len(answer)], add_special_tokens=False)
-        return ids, self.tok.convert_tokens_to_ids(value)
-
-    def chat_batch(self, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Chat rows up to about `STEP_TOKENS` tokens, at least 2 (a chat row's tokens are not its filler
-        length: long ones carry the harness's text)."""
-        rows = [self.chat_example(length), self.chat_example(length)]
-        while sum(len(ids) for ids, _ in rows) < STEP_TOKENS:
-            rows.append(self.chat_example(length))
-        return self.pad(rows)
-
     def batch(self, size: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`size` plain rows of about `length` filler words, as `pad` returns them."""
-        return self.pad([self.example(length) for _ in range(size)])
-
-    def pad(self, rows: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Right-padded ids, attention mask and targets; each row's query ends at its last real token."""
-        size = len(rows)
+        rows = [self.example(length) for _ in range(size)]
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((size, width), self.tok.pad_token_id)
         mask = torch.zeros((size, width), dtype=torch.long)
@@ -178,21 +77,13 @@ def last_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tens
 
 
 def train_recall(
-    model: Any,
-    tokenizer: Any,
-    steps: int = 800,
-    lr: float = TINY_RECALL_LR,
-    seed: int = 0,
-    chat: bool = False,
-    short_steps: int | None = None,
+    model: Any, tokenizer: Any, steps: int = 800, lr: float = TINY_RECALL_LR, seed: int = 0
 ) -> list[float]:
-    """Train `model` in place on recall rows, short ones for `short_steps` (default: half) and long ones
-    after, chat-shaped ones where `chat`; returns the losses.
+    """Train `model` in place on recall rows (first half short, second half long); returns the losses.
 
     loss = -log p(value | context), on the value token only; AdamW, gradient norm clipped at 1."""
-    short_steps = steps // 2 if short_steps is None else short_steps
-    if steps < 2 or not 0 < short_steps < steps:
-        raise ValueError(f"steps must be >= 2, some on short rows and some on long, got {steps} ({short_steps} short)")
+    if steps < 2:
+        raise ValueError(f"steps must be >= 2 (half short rows, half long), got {steps}")
     torch.manual_seed(seed)
     corpus = RecallCorpus(tokenizer, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -200,10 +91,8 @@ def train_recall(
     losses: list[float] = []
     with progress_bar(steps, "recall pretraining") as bar:
         for step in range(steps):
-            length = corpus.rng.choice(SHORT if step < short_steps else LONG)
-            ids, mask, target = (
-                corpus.chat_batch(length) if chat else corpus.batch(max(4, STEP_TOKENS // length), length)
-            )
+            length = corpus.rng.choice(SHORT if step < steps // 2 else LONG)
+            ids, mask, target = corpus.batch(max(4, STEP_TOKENS // length), length)
             loss = torch.nn.functional.cross_entropy(last_logits(model, ids, mask), target)
             opt.zero_grad()
             loss.backward()
@@ -219,14 +108,10 @@ def train_recall(
 
 
 @torch.no_grad()
-def recall_accuracy(
-    model: Any, tokenizer: Any, length: int, rows: int = 32, seed: int = 1, chat: bool = False
-) -> float:
-    """Share of held-out recall rows of about `length` filler words (chat-shaped ones where `chat`)
-    whose value is the model's top token."""
+def recall_accuracy(model: Any, tokenizer: Any, length: int, rows: int = 32, seed: int = 1) -> float:
+    """Share of held-out recall rows of about `length` tokens whose value is the model's top token."""
     corpus, hits = RecallCorpus(tokenizer, seed), 0
-    make = corpus.chat_example if chat else corpus.example
     for _ in range(rows // 4):
-        ids, mask, target = corpus.pad([make(length) for _ in range(4)])
+        ids, mask, target = corpus.batch(4, length)
         hits += (last_logits(model, ids, mask).argmax(-1) == target).sum().item()
     return hits / (rows // 4 * 4)

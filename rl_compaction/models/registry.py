@@ -81,11 +81,6 @@ class ModelSpec:
     layers: int = TINY_LAYERS
     #: learning rate of its recall pretraining
     recall_lr: float = TINY_RECALL_LR
-    #: steps of chat-shaped recall after the plain ones (the note in a tool output of a rendered State,
-    #: among tool calls and quoted JSON): on short rows, then on long rows that carry the harness's
-    #: system text and tools; 0 and 0 for none
-    recall_chat_steps: int = 0
-    recall_chat_long_steps: int = 0
 
 
 KNOWN_MODELS: dict[str, ModelSpec] = {
@@ -120,8 +115,6 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         hidden_size=128,
         layers=4,
         recall_lr=1e-3,
-        recall_chat_steps=500,
-        recall_chat_long_steps=200,
     ),
     "tiny-hd32": ModelSpec(
         description="tiny random Llama like 'tiny' with 2 attention heads (head_dim 32, which vLLM's CPU "
@@ -434,8 +427,6 @@ _RECORD_DEFAULTS: dict[str, Any] = {
     "hidden_size": TINY_HIDDEN_SIZE,
     "layers": TINY_LAYERS,
     "recall_lr": TINY_RECALL_LR,
-    "recall_chat_steps": 0,
-    "recall_chat_long_steps": 0,
 }
 
 
@@ -461,32 +452,26 @@ def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
             hidden_size=spec.hidden_size,
             layers=spec.layers,
         )
-        results = _train_recall(staging, spec) if spec.recall_steps else None
+        results = _train_recall(staging, spec.recall_steps, spec.recall_lr) if spec.recall_steps else None
         _install(staging, folder, name, _tiny_record(spec), force=force, results=results)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 
-def _train_recall(folder: Path, spec: ModelSpec) -> dict[str, float]:
-    """Recall-pretrain the tiny model saved in `folder` as `spec` says and save it back; returns its
-    held-out recall accuracy at 1k and 4k tokens, and on chat-shaped rows where it trained on them
-    (kept in the marker, so a bad build shows)."""
+def _train_recall(folder: Path, steps: int, lr: float) -> dict[str, float]:
+    """Recall-pretrain the tiny model saved in `folder` and save it back; returns its held-out recall
+    accuracy at 1k and 4k tokens (kept in the marker, so a bad build shows)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rl_compaction.models.recall import recall_accuracy, train_recall
 
-    _log(f"recall pretraining of the tiny model in {folder} ({spec.recall_steps} steps, minutes on CPU)")
+    _log(f"recall pretraining of the tiny model in {folder} ({steps} steps, a few minutes on CPU)")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    train_recall(model, tokenizer, spec.recall_steps, lr=spec.recall_lr)
-    if spec.recall_chat_steps:
-        steps, short = spec.recall_chat_steps + spec.recall_chat_long_steps, spec.recall_chat_steps
-        train_recall(model, tokenizer, steps, lr=spec.recall_lr, chat=True, short_steps=short)
+    train_recall(model, tokenizer, steps, lr=lr)
     model.save_pretrained(folder)
     accuracy = {f"recall_accuracy@{n}": recall_accuracy(model, tokenizer, n) for n in (1024, 4096)}
-    if spec.recall_chat_steps:
-        accuracy["chat_recall_accuracy@1024"] = recall_accuracy(model, tokenizer, 1024, rows=64, chat=True)
     _log("held-out recall accuracy: " + ", ".join(f"{k} {v:.2f}" for k, v in accuracy.items()))
     return accuracy
 
