@@ -133,7 +133,8 @@ def test_tiny_model_from_an_older_build_is_rebuilt(home: Path) -> None:
 
 def test_fetch_unknown_name_lists_choices(home: Path) -> None:
     with pytest.raises(
-        ValueError, match="unknown model name 'llama-405b'; known names: small-recall, smollm2-135m, tiny"
+        ValueError,
+        match="unknown model name 'llama-405b'; known names: small-chat-recall, small-recall, smollm2-135m, tiny",
     ):
         fetch_model("llama-405b")
 

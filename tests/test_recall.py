@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rl_compaction.models import registry as models
-from rl_compaction.models.recall import RecallCorpus, last_logits, recall_accuracy, train_recall
+from rl_compaction.models.recall import (
+    CUES,
+    STEP_TOKENS,
+    RecallCorpus,
+    chat_recall_accuracy,
+    last_logits,
+    recall_accuracy,
+    train_chat_recall,
+    train_recall,
+)
 from rl_compaction.models.registry import MARKER, build_tiny_model, resolve_model, shipped_dir
 
 
@@ -33,6 +43,32 @@ def test_a_recall_row_holds_its_value_once_and_ends_at_the_query(tiny: Path) -> 
     ends = mask.sum(1) - 1
     assert all(ids[i, ends[i]].item() != tok.pad_token_id for i in range(4))
     assert all(target[i].item() in ids[i, : ends[i]].tolist() for i in range(4))
+
+
+def test_a_chat_recall_row_is_a_rendered_state_whose_answer_is_the_cued_word(tiny: Path) -> None:
+    """Chat rows end inside the submit call's answer, in the tokenizer's template; the value sits in the
+    note after its cue, among quoted harness words and calls to tools named by rare words (so a rare
+    quoted word alone is not the answer); long rows carry the harness's system text and tools; a chat
+    step fills about STEP_TOKENS with whole rows."""
+    tok = AutoTokenizer.from_pretrained(tiny)
+    corpus = RecallCorpus(tok, seed=3)
+    filler_ids = {tok.convert_tokens_to_ids(w) for w in corpus.filler}
+    distractors, rare_names = 0, 0
+    for length in (32, 512):
+        for _ in range(8):
+            ids, value = corpus.chat_example(length)
+            text = tok.decode(ids)
+            assert value not in filler_ids
+            assert text.endswith('<tool_call>\n{"name": "submit", "arguments": {"answer": "')
+            assert re.search(rf'note: \w+ \d+ ({"|".join(CUES)}) "{tok.convert_ids_to_tokens(value)}"\.', text)
+            assert ("# Your working context" in text) == (length >= 256) and text.startswith("<|im_start|>system")
+            distractors += len(re.findall(r'<tool_response>[^<]*"[a-z]+"', text))
+            names = re.findall(r'"name": "(\w+)"', text)[:-1]  # the last is submit's
+            assert tok.convert_ids_to_tokens(value) not in names
+            rare_names += sum(name in corpus.values for name in names)
+    assert distractors > 0 and rare_names > 0
+    ids, mask, _ = corpus.chat_batch(512)
+    assert ids.shape[0] >= 2 and mask.sum() >= STEP_TOKENS and mask.sum() - mask.sum(1)[-1] < STEP_TOKENS
 
 
 def test_last_logits_reads_each_rows_last_real_token(tiny: Path) -> None:
@@ -58,6 +94,49 @@ def test_train_recall_updates_the_model_and_rejects_bad_steps(tiny: Path) -> Non
     assert not torch.equal(before, model.model.embed_tokens.weight)
     with pytest.raises(ValueError, match="steps must be >= 2"):
         train_recall(model, tok, steps=1)
+
+
+@pytest.mark.slow
+def test_chat_recall_passes_each_restart_the_rows_and_reject_bad_passes(tiny: Path) -> None:
+    """Each pass replays the seed's rows from their start (the schedule the results measured): two passes
+    of one step equal one step twice from the same model, each with a fresh optimiser."""
+    tok = AutoTokenizer.from_pretrained(tiny)
+    model, twin = (AutoModelForCausalLM.from_pretrained(tiny) for _ in range(2))
+    losses = train_chat_recall(model, tok, passes=(1, 1))
+    for _ in range(2):
+        train_chat_recall(twin, tok, passes=(1,))
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert 0.0 <= chat_recall_accuracy(model, tok, 32, rows=4) <= 1.0
+    for passes in ((), (3, 0)):
+        with pytest.raises(ValueError, match="one or more positive step counts"):
+            train_chat_recall(model, tok, passes=passes)
+
+
+@pytest.mark.slow
+def test_a_model_with_a_base_continues_the_built_base_on_chat_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec with a `base` starts from that model's built folder (built first, reused after), trains its
+    chat passes and keeps both builds' accuracies in its marker; other passes are another model."""
+    monkeypatch.setenv("RL_COMPACTION_HOME", str(tmp_path))
+    base = models.ModelSpec(description="base", source="tiny", template="chatml", recall_steps=2, hidden_size=32)
+    child = dataclasses.replace(base, description="child", base="test-base", chat_recall_passes=(1, 1))
+    monkeypatch.setitem(models.KNOWN_MODELS, "test-base", base)
+    monkeypatch.setitem(models.KNOWN_MODELS, "test-child", child)
+    folder = resolve_model("test-child")
+    marker = json.loads((folder / MARKER).read_text())
+    assert marker["base"] == "test-base" and marker["chat_recall_passes"] == [1, 1]
+    assert {"recall_accuracy@1024", "chat_recall_accuracy@128"} <= marker.keys()
+    base_weights = AutoModelForCausalLM.from_pretrained(resolve_model("test-base")).model.embed_tokens.weight
+    child_weights = AutoModelForCausalLM.from_pretrained(folder).model.embed_tokens.weight
+    assert base_weights.shape == child_weights.shape and not torch.equal(base_weights, child_weights)
+    monkeypatch.setattr(models, "_train_chat_recall", lambda *a, **k: pytest.fail("built again"))
+    assert resolve_model("test-child") == folder
+    monkeypatch.setitem(models.KNOWN_MODELS, "test-child", dataclasses.replace(child, chat_recall_passes=(2,)))
+    with pytest.raises(pytest.fail.Exception, match="built again"):
+        resolve_model("test-child")
 
 
 @pytest.mark.slow
