@@ -190,17 +190,13 @@ def train_recall(
     return _fit(model, batch, steps, lr, "recall pretraining")
 
 
-#: `small-chat-recall`'s chat passes, as its results were measured: three runs of `train_chat_recall`
-CHAT_PASSES = (500, 1000, 1000)
-
-
 def train_chat_recall(
-    model: Any, tokenizer: Any, passes: tuple[int, ...] = CHAT_PASSES, lr: float = 1e-3, seed: int = 0
+    model: Any, tokenizer: Any, passes: tuple[int, ...], lr: float = 1e-3, seed: int = 0
 ) -> list[float]:
-    """Train `model` in place on short chat-shaped recall rows; returns the losses.
+    """Train `model` in place on short chat-shaped recall rows, `passes[i]` steps in pass i; returns the losses.
 
     Each pass is a fresh AdamW over the rows of `seed` from their start, so pass two repeats pass one's
-    rows and goes on: the schedule the results document measured, kept as it was run."""
+    rows and goes on: the schedule `small-chat-recall`'s results were measured with, kept as it was run."""
     if not passes or min(passes) < 1:
         raise ValueError(f"chat recall passes must be one or more positive step counts, got {passes}")
     losses: list[float] = []
