@@ -368,3 +368,8 @@ def test_the_quickstart_is_the_reproduction_recipe_with_a_few_changes(tmp_path):
         ReproduceConfig.from_yaml(tmp_path / "c.yaml")
     (tmp_path / "d.yaml").write_text(f"base: {RECIPES / 'quickstart.yaml'}\nepisode: {{scale: 0.05}}\n")
     assert ReproduceConfig.from_yaml(tmp_path / "d.yaml").episode == {**quick.episode, "scale": 0.05}
+    # the checks are replaced whole, not merged: a recipe runs the checks it states and no others
+    (tmp_path / "e.yaml").write_text(f"base: {RECIPES / 'quickstart.yaml'}\neval_checks: {{mine: {{scale: 0.05}}}}\n")
+    assert len(quick.eval_checks) == 2 and ReproduceConfig.from_yaml(tmp_path / "e.yaml").eval_checks == {
+        "mine": {"scale": 0.05}
+    }

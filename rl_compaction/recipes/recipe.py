@@ -274,7 +274,8 @@ def parse_reproduce_args(argv: list[str]) -> tuple[ReproduceConfig, bool]:
 
 def compose_recipe(path: Path, seen: tuple[Path, ...] = ()) -> Any:
     """A recipe's settings with those of its `base` (a recipe file, relative to this one) underneath: a key
-    the recipe gives replaces the base's, a mapping (episode, sft, grpo, ...) key by key. A file that is no
+    the recipe gives replaces the base's, a mapping (episode, sft, grpo, ...) key by key, except the checks
+    (`eval_checks`), which are replaced whole: a recipe states every check it runs. A file that is no
     mapping comes back as it is, for the parser to refuse."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "base" not in data:
@@ -290,7 +291,7 @@ def compose_recipe(path: Path, seen: tuple[Path, ...] = ()) -> Any:
     return {
         **under,
         **{
-            k: {**under[k], **v} if isinstance(v, dict) and isinstance(under.get(k), dict) else v
+            k: {**under[k], **v} if isinstance(v, dict) and isinstance(under.get(k), dict) and k != CHECKS else v
             for k, v in data.items()
         },
     }
