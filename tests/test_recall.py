@@ -132,7 +132,7 @@ def test_a_model_with_a_base_continues_the_built_base_on_chat_rows(
     base_weights = AutoModelForCausalLM.from_pretrained(resolve_model("test-base")).model.embed_tokens.weight
     child_weights = AutoModelForCausalLM.from_pretrained(folder).model.embed_tokens.weight
     assert base_weights.shape == child_weights.shape and not torch.equal(base_weights, child_weights)
-    monkeypatch.setattr(models, "_train_chat_recall", lambda *a, **k: pytest.fail("built again"))
+    monkeypatch.setattr(models, "_train_recall", lambda *a, **k: pytest.fail("built again"))
     assert resolve_model("test-child") == folder
     monkeypatch.setitem(models.KNOWN_MODELS, "test-child", dataclasses.replace(child, chat_recall_passes=(2,)))
     with pytest.raises(pytest.fail.Exception, match="built again"):

@@ -481,46 +481,39 @@ def build_named_tiny(name: str, folder: Path, *, force: bool = False) -> Path:
                 hidden_size=spec.hidden_size,
                 layers=spec.layers,
             )
-            results = _train_recall(staging, spec.recall_steps, spec.recall_lr) if spec.recall_steps else None
-        if spec.chat_recall_passes:
-            results = (results or {}) | _train_chat_recall(staging, spec.chat_recall_passes, spec.recall_lr)
+            results = {}
+        plain = spec.base is None and bool(spec.recall_steps)
+        if plain or spec.chat_recall_passes:
+            results |= _train_recall(staging, spec, plain=plain)
         _install(staging, folder, name, _tiny_record(spec), force=force, results=results)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 
-def _train_recall(folder: Path, steps: int, lr: float) -> dict[str, float]:
-    """Recall-pretrain the tiny model saved in `folder` and save it back; returns its held-out recall
-    accuracy at 1k and 4k tokens (kept in the marker, so a bad build shows)."""
+def _train_recall(folder: Path, spec: ModelSpec, *, plain: bool) -> dict[str, float]:
+    """Recall-train the model saved in `folder` as `spec` says and save it back: plain recall rows first if
+    `plain` (`recall_steps`), then the chat-shaped passes (`chat_recall_passes`). Returns the held-out
+    accuracies of what ran (plain recall at 1k and 4k tokens, chat rows of 128 filler words), kept in the
+    marker so a bad build shows."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rl_compaction.models.recall import recall_accuracy, train_recall
+    from rl_compaction.models.recall import chat_recall_accuracy, recall_accuracy, train_chat_recall, train_recall
 
-    _log(f"recall pretraining of the tiny model in {folder} ({steps} steps, a few minutes on CPU)")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    train_recall(model, tokenizer, steps, lr=lr)
+    accuracy: dict[str, float] = {}
+    if plain:
+        _log(f"recall pretraining of the model in {folder} ({spec.recall_steps} steps, a few minutes on CPU)")
+        train_recall(model, tokenizer, spec.recall_steps, lr=spec.recall_lr)
+        accuracy |= {f"recall_accuracy@{n}": recall_accuracy(model, tokenizer, n) for n in (1024, 4096)}
+    if spec.chat_recall_passes:
+        steps = sum(spec.chat_recall_passes)
+        _log(f"chat-shaped recall of the model in {folder} ({steps} steps; half an hour on 2 CPU cores)")
+        train_chat_recall(model, tokenizer, spec.chat_recall_passes, lr=spec.recall_lr)
+        accuracy["chat_recall_accuracy@128"] = chat_recall_accuracy(model, tokenizer, 128)
     model.save_pretrained(folder)
-    accuracy = {f"recall_accuracy@{n}": recall_accuracy(model, tokenizer, n) for n in (1024, 4096)}
     _log("held-out recall accuracy: " + ", ".join(f"{k} {v:.2f}" for k, v in accuracy.items()))
-    return accuracy
-
-
-def _train_chat_recall(folder: Path, passes: tuple[int, ...], lr: float) -> dict[str, float]:
-    """Continue the model saved in `folder` on chat-shaped recall and save it back; returns its held-out
-    accuracy on chat rows of 128 filler words (kept in the marker, so a bad build shows)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rl_compaction.models.recall import chat_recall_accuracy, train_chat_recall
-
-    _log(f"chat-shaped recall of the model in {folder} ({sum(passes)} steps; half an hour on 2 CPU cores)")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    train_chat_recall(model, tokenizer, passes, lr=lr)
-    model.save_pretrained(folder)
-    accuracy = {"chat_recall_accuracy@128": chat_recall_accuracy(model, tokenizer, 128)}
-    _log(f"held-out chat recall accuracy at 128 words: {accuracy['chat_recall_accuracy@128']:.2f}")
     return accuracy
 
 
