@@ -46,8 +46,8 @@ def test_the_manifest_sits_on_one_of_the_first_three_stops_and_not_always_the_fi
     at = []
     for seed in range(30):
         task = CourierFamily().make(seed, "train", TOY)
-        at.append(next(i for i, stop in enumerate(task._stops) if "manifest:" in stop))
-        assert sum("manifest:" in stop for stop in task._stops) == 1
+        at.append(next(i for i, stop in enumerate(task._pages) if "manifest:" in stop))
+        assert sum("manifest:" in stop for stop in task._pages) == 1
     assert set(at) == {0, 1, 2}
 
 

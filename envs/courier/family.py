@@ -17,21 +17,17 @@ Levels: the number of decoy manifest lines about other parcels (0, 1, 2), on oth
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from typing import Any, ClassVar
 
-from rl_compaction_envs.vault.family import KEY_WORDS, VAULT_NUMBERS
+from rl_compaction_envs.vault.family import KEY_WORDS, VAULT_NUMBERS, LogTask, log_ended
 
 from rl_compaction.core.state import State, text_of
 from rl_compaction.harness.tasks import (
     Difficulty,
     Oracle,
-    Task,
     TaskFamily,
-    ToolError,
-    check_arguments,
     function_tool,
     split_seed,
 )
@@ -54,33 +50,22 @@ your parcel's password: the word its manifest gives, e.g. "silver". The manifest
 do not count."""
 
 
-class CourierTask(Task):
+class CourierTask(LogTask):
     """One route; the password is revealed only on one stop and checked by `score`."""
 
     family: ClassVar[str] = "courier"
     instructions = INSTRUCTIONS
+    tool = NEXT_TOOL
+    end_text = END_TEXT
 
     def __init__(self, parcel: str, stops: list[str], password: str):
+        super().__init__(stops)
         self.parcel = parcel
         self.password = password
-        self._stops = stops
-        self._cursor = 0
-
-    def tools(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(NEXT_TOOL)]
 
     def initial_state(self) -> State:
         text = f"Deliver parcel {self.parcel}. Follow the route with next() until ARRIVED, then submit its password."
         return [{"type": "message", "role": "user", "content": text}]
-
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        if name != "next":
-            raise ToolError(f"unknown tool {name!r}; this task's tool is next")
-        check_arguments(name, arguments, {})
-        if self._cursor >= len(self._stops):
-            return END_TEXT
-        self._cursor += 1
-        return self._stops[self._cursor - 1]
 
     def score(self, answer: str) -> float:
         """1 for the password (case and surrounding spaces aside), else 0: it is one word."""
@@ -116,8 +101,7 @@ class CourierOracle(Oracle):
     """Goes on until ARRIVED is in its State, then submits the password its State still holds."""
 
     def act(self, state: State) -> list[dict[str, Any]]:
-        done = any(x.get("type") == "function_call_output" and text_of(x.get("output", "")) == END_TEXT for x in state)
-        if not done:
+        if not log_ended(state, END_TEXT):
             return [self.function_call(state, "next", {})]
         return [self.function_call(state, "submit", {"answer": read_password(state)[1] or ""})]
 

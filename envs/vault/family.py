@@ -106,33 +106,51 @@ class _Level:
 _LEVELS = {1: _Level(1, 0, 120, 300), 2: _Level(2, 0, 30, 1200), 3: _Level(3, 2, 30, 1200)}
 
 
-class VaultTask(Task):
+class LogTask(Task):
+    """A task read through one argument-free tool that returns the next page of a log, then `end_text`:
+    the CPU toys' shape (`vault`, `courier`), one short call a turn."""
+
+    tool: ClassVar[dict[str, Any]]
+    end_text: ClassVar[str]
+
+    def __init__(self, pages: list[str]):
+        self._pages = pages
+        self._cursor = 0
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(self.tool)]
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if name != self.tool["name"]:
+            raise ToolError(f"unknown tool {name!r}; this task's tool is {self.tool['name']}")
+        check_arguments(name, arguments, {})
+        if self._cursor >= len(self._pages):
+            return self.end_text
+        self._cursor += 1
+        return self._pages[self._cursor - 1]
+
+
+def log_ended(state: State, end_text: str) -> bool:
+    """Whether the State holds the log's end (a tool output that is `end_text`): the toy oracles' cue to answer."""
+    return any(x.get("type") == "function_call_output" and text_of(x.get("output", "")) == end_text for x in state)
+
+
+class VaultTask(LogTask):
     """One vault log; the key is revealed only through the pages and checked by `score`."""
 
     family: ClassVar[str] = "vault"
     instructions = INSTRUCTIONS
+    tool = READ_TOOL
+    end_text = END_TEXT
 
     def __init__(self, vault: str, pages: list[str], key: list[str]):
+        super().__init__(pages)
         self.vault = vault
-        self._pages = pages
         self._key = key
-        self._cursor = 0
-
-    def tools(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(READ_TOOL)]
 
     def initial_state(self) -> State:
         text = f"Find the key of vault {self.vault}. Read the log with read() until END, then submit the key."
         return [{"type": "message", "role": "user", "content": text}]
-
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        if name != "read":
-            raise ToolError(f"unknown tool {name!r}; this task's tool is read")
-        check_arguments(name, arguments, {})
-        if self._cursor >= len(self._pages):
-            return END_TEXT
-        self._cursor += 1
-        return self._pages[self._cursor - 1]
 
     def score(self, answer: str) -> float:
         """Share of the key's parts given right, in order (an exact, space-separated answer scores 1)."""
@@ -224,8 +242,7 @@ class VaultOracle(Oracle):
     """Reads until END is in its State, then submits the key parts its State still holds."""
 
     def act(self, state: State) -> list[dict[str, Any]]:
-        done = any(x.get("type") == "function_call_output" and text_of(x.get("output", "")) == END_TEXT for x in state)
-        if not done:
+        if not log_ended(state, END_TEXT):
             return [self.function_call(state, "read", {})]
         _, parts = read_key(state)
         return [self.function_call(state, "submit", {"answer": " ".join(parts)})]
