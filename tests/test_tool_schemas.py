@@ -9,7 +9,7 @@ import pytest
 
 from rl_compaction.harness.tasks import Difficulty, ToolError, get_family
 
-FAMILIES = ["probe", "research", "ledger", "dialogue", "codebase", "vault", "courier"]
+FAMILIES = ["probe", "research", "ledger", "dialogue", "codebase", "vault", "courier", "archive"]
 SHAPE_ERRORS = ("missing required argument", "unexpected argument", " must be ")
 SAMPLES = {"string": "x", "integer": 1}
 WRONG = {"string": 1, "integer": "1"}
