@@ -108,7 +108,7 @@ _LEVELS = {1: _Level(1, 0, 120, 300), 2: _Level(2, 0, 30, 1200), 3: _Level(3, 2,
 
 class LogTask(Task):
     """A task read through one argument-free tool that returns the next page of a log, then `end_text`:
-    the CPU toys' shape (`vault`, `courier`), one short call a turn."""
+    the CPU toys' shape (`vault`, `courier`, `archive`), one short call a turn."""
 
     tool: ClassVar[dict[str, Any]]
     end_text: ClassVar[str]
